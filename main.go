@@ -1,0 +1,132 @@
+// Command lakeflow turns a PostgreSQL database into a lakehouse on one
+// machine: WAL → Kafka → Parquet lake + DuckDB warehouse.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/lakeflow/lakeflow/pipeline"
+	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/demo"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+)
+
+// Exit codes; main is the only place that maps errors to them.
+const (
+	exitOK          = 0
+	exitInternal    = 1
+	exitConfig      = 2
+	exitEnvironment = 3
+	exitCheck       = 4
+)
+
+func main() {
+	app := &cli.App{
+		Name:  "lakeflow",
+		Usage: "PostgreSQL WAL → Kafka → Parquet lake + DuckDB warehouse, in one process",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", Value: config.DefaultFile, Usage: "config file (missing default file = built-in defaults)"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
+		},
+		Commands:       []*cli.Command{runCommand()},
+		ExitErrHandler: func(*cli.Context, error) {},
+	}
+	err := app.Run(os.Args)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "lakeflow: %v\n", err)
+	}
+	os.Exit(exitCode(err))
+}
+
+func exitCode(err error) int {
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, fault.ErrConfig):
+		return exitConfig
+	case errors.Is(err, fault.ErrEnvironment), errors.Is(err, fault.ErrUnavailable), errors.Is(err, fault.ErrSource):
+		return exitEnvironment
+	case errors.Is(err, fault.ErrSchemaBreak):
+		return exitCheck
+	}
+	var usage interface{ ExitCode() int }
+	if errors.As(err, &usage) {
+		return exitConfig
+	}
+	return exitInternal
+}
+
+func runCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "run",
+		Usage: "snapshot if needed, then move the WAL up to its current end through Kafka into lake and warehouse",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "follow", Usage: "keep running; Ctrl-C finishes the in-flight batch and exits"},
+			&cli.BoolFlag{Name: "demo", Usage: "create the demo schema in the source and drive an e-commerce workload while ingesting"},
+			&cli.IntFlag{Name: "demo-events", Value: 20000, Usage: "number of row changes the demo workload makes"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return fmt.Errorf("%w: run takes no arguments (got %q)", fault.ErrConfig, c.Args().First())
+			}
+			cfg, log, err := setup(c)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			opts := pipeline.Options{Follow: c.Bool("follow")}
+			if isTerminal(os.Stderr) {
+				opts.Progress = os.Stderr
+			}
+			if c.Bool("demo") {
+				if c.Int("demo-events") < 1 {
+					return fmt.Errorf("%w: --demo-events must be at least 1", fault.ErrConfig)
+				}
+				w := demo.Workload{Events: c.Int("demo-events"), Seed: 1}
+				opts.Prepare = demo.Setup
+				opts.Workload = func(ctx context.Context, dsn string) error {
+					if err := w.Run(ctx, dsn); err != nil {
+						return err
+					}
+					log.Info("demo workload done", "changes", w.Events)
+					return nil
+				}
+			}
+			if err := pipeline.Run(ctx, cfg, opts, log); err != nil {
+				return err
+			}
+			if c.Bool("demo") && ctx.Err() == nil {
+				demo.PrintNextSteps(os.Stdout, cfg)
+			}
+			return nil
+		},
+	}
+}
+
+// setup loads the configuration and builds the logger.
+func setup(c *cli.Context) (*config.Config, *slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return nil, nil, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", fault.ErrConfig, c.String("log-level"))
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	cfg, err := config.Load(c.String("config"), os.Environ())
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, log, nil
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,122 @@
+package change
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Envelope writes events as Kafka records in Debezium's JSON form with
+// schemas disabled (decimal.handling.mode=string,
+// time.precision.mode=adaptive_time_microseconds,
+// interval.handling.mode=string, binary.handling.mode=base64), plus
+// lakeflow's position fields _cdc_seq, _cdc_ord and _commit_ts, so an
+// existing Debezium consumer can read the topics.
+type Envelope struct {
+	Name     string // Debezium's topic.prefix / logical server name
+	Database string
+}
+
+// AppendKey appends the record key: the primary key columns as a JSON
+// object, e.g. {"order_id":7,"line_no":1}. Truncates have no key (nil).
+func (env *Envelope) AppendKey(dst []byte, ev *Event) ([]byte, error) {
+	if ev.Op == OpTruncate {
+		return dst, nil
+	}
+	img := ev.Image()
+	dst = append(dst, '{')
+	for n, i := range ev.Table.KeyColumns() {
+		if n > 0 {
+			dst = append(dst, ',')
+		}
+		var err error
+		if dst, err = appendField(dst, ev.Table.Columns[i], img[i]); err != nil {
+			return nil, fmt.Errorf("%s key: %w", ev.Table.ID(), err)
+		}
+	}
+	return append(dst, '}'), nil
+}
+
+// AppendValue appends the envelope. tsMillis is Debezium's top-level ts_ms,
+// the time lakeflow processed the event; nothing orders by it.
+func (env *Envelope) AppendValue(dst []byte, ev *Event, tsMillis int64) ([]byte, error) {
+	var err error
+	dst = append(dst, `{"before":`...)
+	if dst, err = appendImage(dst, ev.Table, ev.Before); err != nil {
+		return nil, err
+	}
+	dst = append(dst, `,"after":`...)
+	if dst, err = appendImage(dst, ev.Table, ev.After); err != nil {
+		return nil, err
+	}
+	dst = append(dst, `,"source":{"version":"lakeflow","connector":"postgresql","name":`...)
+	dst = appendString(dst, env.Name)
+	dst = append(dst, `,"ts_ms":`...)
+	dst = strconv.AppendInt(dst, floorDiv(ev.Commit, 1000), 10)
+	dst = append(dst, `,"snapshot":"`...)
+	dst = append(dst, ev.Snapshot...)
+	dst = append(dst, `","db":`...)
+	dst = appendString(dst, env.Database)
+	dst = append(dst, `,"schema":`...)
+	dst = appendString(dst, ev.Table.Schema)
+	dst = append(dst, `,"table":`...)
+	dst = appendString(dst, ev.Table.Name)
+	dst = append(dst, `,"txId":`...)
+	if ev.TxID == 0 {
+		dst = append(dst, "null"...)
+	} else {
+		dst = strconv.AppendUint(dst, uint64(ev.TxID), 10)
+	}
+	dst = append(dst, `,"lsn":`...)
+	dst = strconv.AppendUint(dst, uint64(ev.LSN), 10)
+	dst = append(dst, `,"xmin":null},"op":"`...)
+	dst = append(dst, byte(ev.Op))
+	dst = append(dst, `","ts_ms":`...)
+	dst = strconv.AppendInt(dst, tsMillis, 10)
+	dst = append(dst, `,"transaction":null,"_cdc_seq":`...)
+	dst = strconv.AppendUint(dst, uint64(ev.Pos.Seq), 10)
+	dst = append(dst, `,"_cdc_ord":`...)
+	dst = strconv.AppendUint(dst, uint64(ev.Pos.Ord), 10)
+	dst = append(dst, `,"_commit_ts":"`...)
+	dst = AppendMicrosISO(dst, ev.Commit)
+	return append(dst, `"}`...), nil
+}
+
+func appendImage(dst []byte, t *Table, img []Datum) ([]byte, error) {
+	if img == nil {
+		return append(dst, "null"...), nil
+	}
+	if len(img) != len(t.Columns) {
+		return nil, fmt.Errorf("%s: row has %d values for %d columns", t.ID(), len(img), len(t.Columns))
+	}
+	dst = append(dst, '{')
+	for i, c := range t.Columns {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		var err error
+		if dst, err = appendField(dst, c, img[i]); err != nil {
+			return nil, fmt.Errorf("%s: %w", t.ID(), err)
+		}
+	}
+	return append(dst, '}'), nil
+}
+
+func appendField(dst []byte, c Column, d Datum) ([]byte, error) {
+	dst = appendString(dst, c.Name)
+	dst = append(dst, ':')
+	if d.Null {
+		return append(dst, "null"...), nil
+	}
+	out, err := AppendValue(dst, c.Type, d.Text)
+	if err != nil {
+		return nil, fmt.Errorf("column %s (%s) value %q: %w", c.Name, c.Type.Name, truncate(d.Text), err)
+	}
+	return out, nil
+}
+
+func truncate(b []byte) string {
+	if len(b) > 64 {
+		return string(b[:64]) + "…"
+	}
+	return string(b)
+}

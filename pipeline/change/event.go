@@ -1,0 +1,56 @@
+package change
+
+// Op is the Debezium operation code of an event.
+type Op byte
+
+// The operations: create, update, delete, read (snapshot) and truncate.
+const (
+	OpCreate   Op = 'c'
+	OpUpdate   Op = 'u'
+	OpDelete   Op = 'd'
+	OpRead     Op = 'r'
+	OpTruncate Op = 't'
+)
+
+// Datum is one column value in PostgreSQL's text output format.
+type Datum struct {
+	Null bool
+	Text []byte
+}
+
+// Snapshot marks where a snapshot row sits, in Debezium's spelling.
+type Snapshot string
+
+// Snapshot marks; stream events carry SnapshotNone.
+const (
+	SnapshotNone Snapshot = "false"
+	SnapshotRow  Snapshot = "true"
+	// SnapshotLast is the last row of a table's snapshot
+	// ("last_in_data_collection" in Debezium).
+	SnapshotLast Snapshot = "last_in_data_collection"
+)
+
+// Event is one row change. Before and After are in Table.Columns order and
+// nil when the image is absent (no before on insert, no after on delete).
+// The decoder resolves unchanged-TOAST markers, so every Datum is a value
+// or NULL.
+type Event struct {
+	Table    *Table
+	Op       Op
+	Pos      Position
+	LSN      LSN // the change's own WAL position
+	TxID     uint32
+	Commit   int64 // commit time, microseconds since the Unix epoch
+	Snapshot Snapshot
+	Before   []Datum
+	After    []Datum
+}
+
+// Image returns the row image that identifies the event's key: After for
+// inserts, updates and snapshot rows, Before for deletes.
+func (e *Event) Image() []Datum {
+	if e.After != nil {
+		return e.After
+	}
+	return e.Before
+}

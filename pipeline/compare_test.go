@@ -1,0 +1,249 @@
+package pipeline
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// sourceColumn is a column of a source table, as the oracle sees it.
+type sourceColumn struct {
+	name, typname, category string
+}
+
+// canonical returns SQL that renders a column to the same text on both
+// sides, whatever type lakeflow chose: PostgreSQL and DuckDB print dates,
+// intervals, bytes and floats differently.
+func (c sourceColumn) canonical() (pg, duck string) {
+	q := pgx.Identifier{c.name}.Sanitize()
+	switch {
+	case c.category == "A":
+		return "array_to_json(" + q + ")::text", "to_json(" + q + ")::VARCHAR"
+	}
+	switch c.typname {
+	case "bytea":
+		return "encode(" + q + ", 'hex')", "lower(hex(" + q + "))"
+	case "date":
+		return fmt.Sprintf("CASE WHEN isfinite(%[1]s) THEN (%[1]s - DATE '1970-01-01')::text ELSE %[1]s::text END", q),
+			fmt.Sprintf("CASE WHEN isinf(%[1]s) THEN (CASE WHEN %[1]s > DATE '1970-01-01' THEN 'infinity' ELSE '-infinity' END) ELSE (%[1]s - DATE '1970-01-01')::VARCHAR END", q)
+	case "timestamp", "timestamptz":
+		return fmt.Sprintf("CASE WHEN isfinite(%[1]s) THEN ((extract(epoch FROM %[1]s) * 1000000)::numeric(30,0))::text ELSE %[1]s::text END", q),
+			fmt.Sprintf("CASE WHEN isinf(%[1]s) THEN (CASE WHEN epoch_us(%[1]s) > 0 THEN 'infinity' ELSE '-infinity' END) ELSE epoch_us(%[1]s)::VARCHAR END", q)
+	case "time":
+		return fmt.Sprintf("((extract(epoch FROM %s) * 1000000)::bigint)::text", q),
+			fmt.Sprintf("((datepart('hour', %[1]s) * 3600 + datepart('minute', %[1]s) * 60) * 1000000::BIGINT + datepart('microseconds', %[1]s))::VARCHAR", q)
+	case "interval":
+		return fmt.Sprintf("format('%%s|%%s|%%s', (extract(year FROM %[1]s) * 12 + extract(month FROM %[1]s))::int, extract(day FROM %[1]s)::int, ((extract(hour FROM %[1]s) * 3600 + extract(minute FROM %[1]s) * 60 + extract(second FROM %[1]s)) * 1000000)::bigint)", q),
+			fmt.Sprintf("format('{}|{}|{}', datepart('year', %[1]s) * 12 + datepart('month', %[1]s), datepart('day', %[1]s), (datepart('hour', %[1]s) * 3600 + datepart('minute', %[1]s) * 60) * 1000000::BIGINT + datepart('microseconds', %[1]s))", q)
+	case "float4", "float8":
+		return q + "::float8::text", "CAST(" + q + " AS DOUBLE)::VARCHAR"
+	case "money":
+		return q + "::numeric::text", "CAST(" + q + " AS VARCHAR)"
+	case "bpchar":
+		return "format('%s', " + q + ")", "CAST(" + q + " AS VARCHAR)"
+	}
+	return q + "::text", "CAST(" + q + " AS VARCHAR)"
+}
+
+func (c sourceColumn) normalize(v string) string {
+	if c.typname == "float4" || c.typname == "float8" {
+		f, err := strconv.ParseFloat(strings.Replace(strings.ToLower(v), "infinity", "inf", 1), 64)
+		if err == nil {
+			if math.IsNaN(f) {
+				return "NaN"
+			}
+			return strconv.FormatFloat(f, 'g', -1, 64)
+		}
+	}
+	return v
+}
+
+func sourceColumns(t *testing.T, conn *pgx.Conn, table string) []sourceColumn {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), `
+		SELECT a.attname, coalesce(bt.typname, ty.typname), ty.typcategory::text
+		FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid
+		LEFT JOIN pg_type bt ON ty.typtype = 'd' AND bt.oid = ty.typbasetype
+		WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (sourceColumn, error) {
+		var c sourceColumn
+		return c, r.Scan(&c.name, &c.typname, &c.category)
+	})
+	if err != nil || len(cols) == 0 {
+		t.Fatalf("columns of %s: %v", table, err)
+	}
+	return cols
+}
+
+// assertSilverEqualsSource compares silver.<table> (rows not deleted) with
+// the source table row by row and column by column.
+func assertSilverEqualsSource(t *testing.T, dsn, warehouse string, tables ...string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	db := openDuck(t, warehouse)
+	defer db.Close()
+	for _, table := range tables {
+		cols := sourceColumns(t, conn, table)
+		var silverCols []string
+		rows, err := db.QueryContext(ctx, "SELECT column_name FROM information_schema.columns WHERE table_schema = 'silver' AND table_name = ? ORDER BY ordinal_position", table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var n string
+			rows.Scan(&n)
+			silverCols = append(silverCols, n)
+		}
+		rows.Close()
+		var want []string
+		for _, c := range cols {
+			want = append(want, c.name)
+		}
+		want = append(want, "_cdc_seq", "_cdc_ord", "_commit_ts", "_deleted")
+		if !slices.Equal(silverCols, want) {
+			t.Fatalf("silver.%s columns %v, want %v", table, silverCols, want)
+		}
+		var pgExprs, duckExprs []string
+		for _, c := range cols {
+			p, d := c.canonical()
+			pgExprs = append(pgExprs, p)
+			duckExprs = append(duckExprs, d)
+		}
+		src := pgRows(t, conn, fmt.Sprintf("SELECT %s FROM %s", strings.Join(pgExprs, ", "), table), cols)
+		got := duckRows(t, db, fmt.Sprintf("SELECT %s FROM silver.%s WHERE NOT _deleted", strings.Join(duckExprs, ", "), table), cols)
+		diffRows(t, table, src, got)
+	}
+}
+
+func pgRows(t *testing.T, conn *pgx.Conn, query string, cols []sourceColumn) []string {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), query)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		vals := make([]*string, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, rowString(cols, vals))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func duckRows(t *testing.T, db *sql.DB, query string, cols []sourceColumn) []string {
+	t.Helper()
+	rows, err := db.Query(query)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		vals := make([]*string, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, rowString(cols, vals))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func rowString(cols []sourceColumn, vals []*string) string {
+	parts := make([]string, len(vals))
+	for i, v := range vals {
+		if v == nil {
+			parts[i] = "∅"
+		} else {
+			parts[i] = strconv.Quote(cols[i].normalize(*v))
+		}
+	}
+	return strings.Join(parts, " | ")
+}
+
+func diffRows(t *testing.T, table string, want, got []string) {
+	t.Helper()
+	count := map[string]int{}
+	for _, r := range want {
+		count[r]++
+	}
+	for _, r := range got {
+		count[r]--
+	}
+	var missing, extra []string
+	for r, n := range count {
+		for ; n > 0; n-- {
+			missing = append(missing, r)
+		}
+		for ; n < 0; n++ {
+			extra = append(extra, r)
+		}
+	}
+	if len(missing)+len(extra) == 0 {
+		return
+	}
+	slices.Sort(missing)
+	slices.Sort(extra)
+	show := func(rs []string) string {
+		var lines []string
+		for i, r := range rs {
+			if i == 5 {
+				lines = append(lines, fmt.Sprintf("… %d more", len(rs)-5))
+				break
+			}
+			if len(r) > 600 {
+				r = r[:600] + "…"
+			}
+			lines = append(lines, r)
+		}
+		return strings.Join(lines, "\n    ")
+	}
+	t.Errorf("silver.%s differs from the source (%d source rows, %d silver rows)\n  missing from silver:\n    %s\n  not in source:\n    %s",
+		table, len(want), len(got), show(missing), show(extra))
+}
+
+// openDuck opens a warehouse read-only; close it before lakeflow runs
+// again in this process.
+func openDuck(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("duckdb", path+"?access_mode=READ_ONLY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec("SET TimeZone = 'UTC'"); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}

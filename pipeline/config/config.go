@@ -1,0 +1,136 @@
+// Package config loads lakeflow.toml: strict decoding, defaults, then
+// LAKEFLOW_<SECTION>_<KEY> environment overrides, then one validation pass
+// that reports every problem with the key to fix. The file struct (what the
+// user writes) is kept apart from Config (what the program uses).
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+)
+
+// Config is the validated, typed configuration every stage is built from.
+// Paths are absolute.
+type Config struct {
+	// File is the config file that was read, or "" when built-in defaults
+	// were used because the default file does not exist.
+	File      string
+	DataDir   string
+	Source    Source
+	Kafka     Kafka
+	Lake      Lake
+	Warehouse Warehouse
+	Pipeline  Pipeline
+}
+
+// Source describes the PostgreSQL database lakeflow captures.
+type Source struct {
+	// DSN is empty when lakeflow runs its own PostgreSQL under DataDir/pg.
+	DSN         string
+	Tables      []Table
+	Slot        string
+	Publication string
+	// Heartbeat is how often lakeflow writes a logical message into the WAL
+	// so the slot keeps advancing while the captured tables are idle.
+	Heartbeat time.Duration
+	Embedded  EmbeddedPostgres
+}
+
+// EmbeddedPostgres is the private cluster used when Source.DSN is empty.
+type EmbeddedPostgres struct {
+	Dir      string
+	Port     int
+	Database string
+}
+
+// Table names one captured source table.
+type Table struct {
+	Schema string
+	Name   string
+}
+
+// String returns schema.name.
+func (t Table) String() string { return t.Schema + "." + t.Name }
+
+// Kafka configures the broker connection, or the embedded broker when
+// Brokers is empty.
+type Kafka struct {
+	Brokers        []string
+	Listen         string // embedded broker address
+	Dir            string // embedded broker data
+	TopicPrefix    string
+	Partitions     int
+	Retention      time.Duration
+	RetentionBytes int64
+}
+
+// Embedded reports whether lakeflow runs its own broker.
+func (k Kafka) Embedded() bool { return len(k.Brokers) == 0 }
+
+// Lake is the bronze Parquet lake.
+type Lake struct {
+	Dir string
+}
+
+// Warehouse is the DuckDB file.
+type Warehouse struct {
+	Path string
+}
+
+// Pipeline holds the batching limits; a batch closes at whichever limit is
+// reached first.
+type Pipeline struct {
+	BatchEvents   int
+	BatchBytes    int64
+	BatchInterval time.Duration
+}
+
+// DefaultFile is the config file read when --config is not given.
+const DefaultFile = "lakeflow.toml"
+
+// Load reads path (strictly), applies defaults and the environment, and
+// validates the result. When path is DefaultFile and the file does not
+// exist, the built-in defaults are used: lakeflow runs out of the box.
+func Load(path string, environ []string) (*Config, error) {
+	f := defaults()
+	base, err := os.Getwd()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", fault.ErrConfig, err)
+	}
+	used := ""
+	data, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if err := decode(data, &f); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", fault.ErrConfig, path, err)
+		}
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", fault.ErrConfig, err)
+		}
+		used, base = abs, filepath.Dir(abs)
+	case errors.Is(err, os.ErrNotExist) && path == DefaultFile:
+		// Built-in defaults, relative to the working directory.
+	default:
+		return nil, fmt.Errorf("%w: read config: %v", fault.ErrConfig, err)
+	}
+	if err := applyEnv(&f, environ); err != nil {
+		return nil, fmt.Errorf("%w: %v", fault.ErrConfig, err)
+	}
+	cfg, problems := f.resolve(base)
+	if len(problems) > 0 {
+		where := "built-in defaults"
+		if used != "" {
+			where = used
+		}
+		return nil, fmt.Errorf("%w (%s): %s", fault.ErrConfig, where, strings.Join(problems, "; "))
+	}
+	cfg.File = used
+	return cfg, nil
+}

@@ -1,0 +1,80 @@
+package config
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+const envPrefix = "LAKEFLOW_"
+
+// applyEnv overrides file values with LAKEFLOW_<SECTION>_<KEY> variables
+// (LAKEFLOW_DATA_DIR for top-level keys). Lists are comma-separated. A
+// LAKEFLOW_ variable that names no key is an error: a typo must not be
+// silently ignored.
+func applyEnv(f *file, environ []string) error {
+	fields := envFields(reflect.ValueOf(f).Elem(), "")
+	var problems []string
+	for _, kv := range environ {
+		name, val, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, envPrefix) {
+			continue
+		}
+		field, ok := fields[strings.TrimPrefix(name, envPrefix)]
+		if !ok {
+			problems = append(problems, fmt.Sprintf("%s names no config key", name))
+			continue
+		}
+		if err := setField(field, val); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", name, err))
+		}
+	}
+	if len(problems) > 0 {
+		sort.Strings(problems)
+		return fmt.Errorf("%s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// envFields maps SECTION_KEY (upper case) to the settable field.
+func envFields(v reflect.Value, prefix string) map[string]reflect.Value {
+	out := map[string]reflect.Value{}
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		key := strings.ToUpper(t.Field(i).Tag.Get("toml"))
+		if t.Field(i).Type.Kind() == reflect.Struct {
+			for k, f := range envFields(v.Field(i), prefix+key+"_") {
+				out[k] = f
+			}
+			continue
+		}
+		out[prefix+key] = v.Field(i)
+	}
+	return out
+}
+
+func setField(f reflect.Value, val string) error {
+	switch f.Kind() {
+	case reflect.String:
+		f.SetString(val)
+	case reflect.Int:
+		n, err := strconv.Atoi(strings.TrimSpace(val))
+		if err != nil {
+			return fmt.Errorf("%q is not an integer", val)
+		}
+		f.SetInt(int64(n))
+	case reflect.Slice:
+		var items []string
+		for _, s := range strings.Split(val, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				items = append(items, s)
+			}
+		}
+		f.Set(reflect.ValueOf(items))
+	default:
+		return fmt.Errorf("unsupported kind %s", f.Kind())
+	}
+	return nil
+}

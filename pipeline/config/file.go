@@ -1,0 +1,253 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+)
+
+// file mirrors lakeflow.toml. Durations and sizes stay strings here and are
+// parsed in resolve, so a bad value is reported with its key.
+type file struct {
+	DataDir   string        `toml:"data_dir"`
+	Source    sourceFile    `toml:"source"`
+	Kafka     kafkaFile     `toml:"kafka"`
+	Lake      lakeFile      `toml:"lake"`
+	Warehouse warehouseFile `toml:"warehouse"`
+	Pipeline  pipelineFile  `toml:"pipeline"`
+}
+
+type sourceFile struct {
+	DSN         string   `toml:"dsn"`
+	Tables      []string `toml:"tables"`
+	Slot        string   `toml:"slot"`
+	Publication string   `toml:"publication"`
+	Heartbeat   string   `toml:"heartbeat"`
+	Port        int      `toml:"port"`
+	Database    string   `toml:"database"`
+}
+
+type kafkaFile struct {
+	Brokers        []string `toml:"brokers"`
+	Listen         string   `toml:"listen"`
+	TopicPrefix    string   `toml:"topic_prefix"`
+	Partitions     int      `toml:"partitions"`
+	Retention      string   `toml:"retention"`
+	RetentionBytes string   `toml:"retention_bytes"`
+}
+
+type lakeFile struct {
+	Dir string `toml:"dir"`
+}
+
+type warehouseFile struct {
+	Path string `toml:"path"`
+}
+
+type pipelineFile struct {
+	BatchEvents   int    `toml:"batch_events"`
+	BatchBytes    string `toml:"batch_bytes"`
+	BatchInterval string `toml:"batch_interval"`
+}
+
+// DemoTables are the source tables of the demo domain (DESIGN.md).
+var DemoTables = []string{
+	"public.customers", "public.products", "public.orders", "public.order_items", "public.payments",
+}
+
+func defaults() file {
+	return file{
+		DataDir: "data",
+		Source: sourceFile{
+			Tables:      append([]string(nil), DemoTables...),
+			Slot:        "lakeflow",
+			Publication: "lakeflow",
+			Heartbeat:   "10s",
+			Port:        54329,
+			Database:    "lakeflow",
+		},
+		Kafka: kafkaFile{
+			Listen:         "127.0.0.1:9092",
+			TopicPrefix:    "lakeflow",
+			Partitions:     1,
+			Retention:      "168h",
+			RetentionBytes: "1GiB",
+		},
+		Pipeline: pipelineFile{
+			BatchEvents:   50000,
+			BatchBytes:    "64MiB",
+			BatchInterval: "1s",
+		},
+	}
+}
+
+func decode(data []byte, f *file) error {
+	d := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
+	err := d.Decode(f)
+	var strict *toml.StrictMissingError
+	if errors.As(err, &strict) {
+		keys := make([]string, 0, len(strict.Errors))
+		for _, e := range strict.Errors {
+			keys = append(keys, strings.Join(e.Key(), "."))
+		}
+		return fmt.Errorf("unknown key %s", strings.Join(keys, ", "))
+	}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		row, col := de.Position()
+		return fmt.Errorf("line %d column %d: %s", row, col, de.Error())
+	}
+	return err
+}
+
+var (
+	identRe  = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+	topicRe  = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+	sizeRe   = regexp.MustCompile(`^\s*([0-9]+)\s*([KMGT]i?B|B)?\s*$`)
+	sizeUnit = map[string]int64{"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+		"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+)
+
+// resolve turns the file into a Config, collecting every problem.
+func (f file) resolve(base string) (*Config, []string) {
+	var problems []string
+	bad := func(key, format string, args ...any) {
+		problems = append(problems, key+": "+fmt.Sprintf(format, args...))
+	}
+	abs := func(key, p string) string {
+		if p == "" {
+			bad(key, "must not be empty")
+			return ""
+		}
+		if filepath.IsAbs(p) {
+			return filepath.Clean(p)
+		}
+		return filepath.Join(base, p)
+	}
+	duration := func(key, s string) time.Duration {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			bad(key, "%q is not a positive duration like \"10s\"", s)
+		}
+		return d
+	}
+	size := func(key, s string) int64 {
+		m := sizeRe.FindStringSubmatch(s)
+		if m == nil {
+			bad(key, "%q is not a size like \"64MiB\"", s)
+			return 0
+		}
+		var n int64
+		fmt.Sscan(m[1], &n)
+		if n <= 0 {
+			bad(key, "must be positive")
+		}
+		return n * sizeUnit[m[2]]
+	}
+
+	c := &Config{DataDir: abs("data_dir", f.DataDir)}
+
+	s := f.Source
+	c.Source = Source{
+		DSN:         strings.TrimSpace(s.DSN),
+		Slot:        s.Slot,
+		Publication: s.Publication,
+		Heartbeat:   duration("source.heartbeat", s.Heartbeat),
+		Embedded: EmbeddedPostgres{
+			Dir:      filepath.Join(c.DataDir, "pg"),
+			Port:     s.Port,
+			Database: s.Database,
+		},
+	}
+	if !identRe.MatchString(s.Slot) || len(s.Slot) > 63 {
+		bad("source.slot", "%q must be a lower-case PostgreSQL identifier (letters, digits, _)", s.Slot)
+	}
+	if !identRe.MatchString(s.Publication) {
+		bad("source.publication", "%q must be a lower-case PostgreSQL identifier", s.Publication)
+	}
+	if c.Source.DSN == "" {
+		if s.Port < 1 || s.Port > 65535 {
+			bad("source.port", "%d is not a TCP port", s.Port)
+		}
+		if !identRe.MatchString(s.Database) {
+			bad("source.database", "%q must be a lower-case PostgreSQL identifier", s.Database)
+		}
+	}
+	if len(s.Tables) == 0 {
+		bad("source.tables", "list at least one table, like [\"public.orders\"]")
+	}
+	seen := map[string]string{}
+	for _, t := range s.Tables {
+		schema, name, ok := strings.Cut(t, ".")
+		if !ok {
+			schema, name = "public", t
+		}
+		if !identRe.MatchString(schema) || !identRe.MatchString(name) {
+			bad("source.tables", "%q must be schema.table in lower-case identifiers", t)
+			continue
+		}
+		// silver.<table> is named after the table alone, so two schemas
+		// cannot both bring a table of the same name.
+		if prev, dup := seen[name]; dup {
+			bad("source.tables", "%q and %q would share silver.%s", prev, t, name)
+			continue
+		}
+		seen[name] = t
+		c.Source.Tables = append(c.Source.Tables, Table{Schema: schema, Name: name})
+	}
+
+	k := f.Kafka
+	c.Kafka = Kafka{
+		Listen:         k.Listen,
+		Dir:            filepath.Join(c.DataDir, "kafka"),
+		TopicPrefix:    k.TopicPrefix,
+		Partitions:     k.Partitions,
+		Retention:      duration("kafka.retention", k.Retention),
+		RetentionBytes: size("kafka.retention_bytes", k.RetentionBytes),
+	}
+	for _, b := range k.Brokers {
+		if b = strings.TrimSpace(b); b != "" {
+			c.Kafka.Brokers = append(c.Kafka.Brokers, b)
+		}
+	}
+	for _, b := range c.Kafka.Brokers {
+		if !strings.Contains(b, ":") {
+			bad("kafka.brokers", "%q must be host:port", b)
+		}
+	}
+	if c.Kafka.Embedded() && !strings.Contains(k.Listen, ":") {
+		bad("kafka.listen", "%q must be host:port", k.Listen)
+	}
+	if !topicRe.MatchString(k.TopicPrefix) {
+		bad("kafka.topic_prefix", "%q may hold only letters, digits, '.', '_' and '-'", k.TopicPrefix)
+	}
+	if k.Partitions < 1 || k.Partitions > 64 {
+		bad("kafka.partitions", "%d must be between 1 and 64", k.Partitions)
+	}
+
+	c.Lake.Dir = filepath.Join(c.DataDir, "lake")
+	if f.Lake.Dir != "" {
+		c.Lake.Dir = abs("lake.dir", f.Lake.Dir)
+	}
+	c.Warehouse.Path = filepath.Join(c.DataDir, "warehouse.duckdb")
+	if f.Warehouse.Path != "" {
+		c.Warehouse.Path = abs("warehouse.path", f.Warehouse.Path)
+	}
+
+	p := f.Pipeline
+	c.Pipeline = Pipeline{
+		BatchEvents:   p.BatchEvents,
+		BatchBytes:    size("pipeline.batch_bytes", p.BatchBytes),
+		BatchInterval: duration("pipeline.batch_interval", p.BatchInterval),
+	}
+	if p.BatchEvents < 1 {
+		bad("pipeline.batch_events", "%d must be at least 1", p.BatchEvents)
+	}
+	return c, problems
+}

@@ -1,0 +1,23 @@
+// Package fault holds the error classes that decide how lakeflow exits.
+// Stages mark an error with fmt.Errorf("%w: …", fault.ErrX, …); only
+// main.go maps classes to exit codes.
+package fault
+
+import "errors"
+
+var (
+	// ErrConfig: the configuration or the command line is wrong.
+	ErrConfig = errors.New("configuration")
+	// ErrEnvironment: the machine lacks something lakeflow needs (server
+	// binaries, a reachable directory, a free port).
+	ErrEnvironment = errors.New("environment")
+	// ErrUnavailable: a service (PostgreSQL, Kafka) could not be reached
+	// or refused the work.
+	ErrUnavailable = errors.New("unavailable")
+	// ErrSource: the source database is not set up for lakeflow (wal_level,
+	// replication privilege, primary keys, REPLICA IDENTITY FULL).
+	ErrSource = errors.New("source not ready")
+	// ErrSchemaBreak: a source schema change lakeflow cannot apply; ingestion
+	// stopped before writing anything wrong.
+	ErrSchemaBreak = errors.New("breaking schema change")
+)

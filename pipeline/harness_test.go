@@ -1,0 +1,140 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
+)
+
+var pg *pgtest.Server
+
+func TestMain(m *testing.M) {
+	var err error
+	if pg, err = pgtest.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	pg.Stop()
+	binaryCleanup()
+	os.Exit(code)
+}
+
+var (
+	binaryOnce sync.Once
+	binaryPath string
+	binaryErr  error
+	binaryDir  string
+)
+
+// lakeflowBinary builds the command once, for tests that need a process
+// they can kill.
+func lakeflowBinary(t *testing.T) string {
+	t.Helper()
+	binaryOnce.Do(func() {
+		binaryDir, binaryErr = os.MkdirTemp("", "lakeflow-bin-")
+		if binaryErr != nil {
+			return
+		}
+		binaryPath = filepath.Join(binaryDir, "lakeflow")
+		out, err := exec.Command("go", "build", "-o", binaryPath, "github.com/lakeflow/lakeflow").CombinedOutput()
+		if err != nil {
+			binaryErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binaryErr != nil {
+		t.Fatal(binaryErr)
+	}
+	return binaryPath
+}
+
+func binaryCleanup() {
+	if binaryDir != "" {
+		os.RemoveAll(binaryDir)
+	}
+}
+
+// harness is one pipeline under test: its own database, slot, data
+// directory and broker port.
+type harness struct {
+	dsn  string
+	dir  string
+	file string
+	cfg  *config.Config
+	log  *slog.Logger
+	logs *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newHarness(t *testing.T, tables ...string) *harness {
+	t.Helper()
+	h := &harness{dsn: pg.NewDatabase(t), dir: t.TempDir(), logs: &syncBuffer{}}
+	port, err := pgtest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	quoted := make([]string, len(tables))
+	for i, tb := range tables {
+		quoted[i] = fmt.Sprintf("%q", tb)
+	}
+	h.file = filepath.Join(h.dir, "lakeflow.toml")
+	toml := fmt.Sprintf(`data_dir = "data"
+[source]
+dsn = %q
+tables = [%s]
+slot = "lakeflow_test"
+heartbeat = "1s"
+[kafka]
+listen = "127.0.0.1:%d"
+[pipeline]
+batch_events = 3000
+batch_interval = "200ms"
+`, h.dsn, strings.Join(quoted, ", "), port)
+	if err := os.WriteFile(h.file, []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if h.cfg, err = config.Load(h.file, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.log = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("lakeflow log:\n%s", h.logs.String())
+		}
+	})
+	return h
+}
+
+// run runs the pipeline in this process.
+func (h *harness) run(t *testing.T, opts Options) {
+	t.Helper()
+	if err := Run(context.Background(), h.cfg, opts, h.log); err != nil {
+		t.Fatalf("lakeflow run: %v", err)
+	}
+}

@@ -1,0 +1,167 @@
+// Package lake is the bronze layer: immutable Parquet files at
+// <dir>/<table>/date=YYYY-MM-DD/part-<partition>-<first>-<last>.parquet,
+// one per table, commit day, Kafka partition and batch. Files are written
+// under _staging/ and reach their final name only after the warehouse
+// transaction that records them has committed (DESIGN.md invariant 3).
+package lake
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+)
+
+const stagingDir = "_staging"
+
+// Lake is a lake directory.
+type Lake struct {
+	dir string
+}
+
+// Open creates the lake directory if needed.
+func Open(dir string) (*Lake, error) {
+	if err := os.MkdirAll(filepath.Join(dir, stagingDir), 0o755); err != nil {
+		return nil, fmt.Errorf("%w: create lake %s: %v", fault.ErrEnvironment, dir, err)
+	}
+	return &Lake{dir: dir}, nil
+}
+
+// Dir is the lake's root.
+func (l *Lake) Dir() string { return l.dir }
+
+// File is one lake file of a batch.
+type File struct {
+	Path    string // final path, relative to the lake root
+	Staging string // absolute path to write it to first
+}
+
+// NewFile names the file holding offsets first..last of a table's topic
+// partition committed on day (YYYY-MM-DD). The name is a function of its
+// content's offsets, so a batch replayed after a crash rewrites the same
+// name, never a second copy.
+func (l *Lake) NewFile(table, day string, partition int32, first, last int64) File {
+	rel := filepath.Join(table, "date="+day, fmt.Sprintf("part-%d-%020d-%020d.parquet", partition, first, last))
+	return File{Path: rel, Staging: l.staging(rel)}
+}
+
+func (l *Lake) staging(rel string) string {
+	return filepath.Join(l.dir, stagingDir, strings.ReplaceAll(rel, string(filepath.Separator), "~")+".staging")
+}
+
+// Abs returns the absolute path of a lake-relative path.
+func (l *Lake) Abs(rel string) string { return filepath.Join(l.dir, rel) }
+
+// Publish moves committed files to their final names, durably.
+func (l *Lake) Publish(files []File) error {
+	dirs := map[string]bool{}
+	for _, f := range files {
+		final := l.Abs(f.Path)
+		if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+			return err
+		}
+		if err := os.Rename(f.Staging, final); err != nil {
+			return fmt.Errorf("publish lake file %s: %w", f.Path, err)
+		}
+		dirs[filepath.Dir(final)] = true
+	}
+	for d := range dirs {
+		if err := syncPath(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Recover finishes what a crash interrupted: staged files of committed
+// batches are published, those of uncommitted batches removed (their
+// events are consumed again). committed says whether the warehouse
+// recorded a final path.
+func (l *Lake) Recover(committed func(path string) (bool, error)) (published, removed int, err error) {
+	entries, err := os.ReadDir(filepath.Join(l.dir, stagingDir))
+	if err != nil {
+		return 0, 0, err
+	}
+	var publish []File
+	for _, e := range entries {
+		name := e.Name()
+		staged := filepath.Join(l.dir, stagingDir, name)
+		rel, ok := strings.CutSuffix(name, ".staging")
+		if !ok || strings.HasPrefix(name, "tmp_") {
+			// DuckDB's own temporary name for a COPY that did not finish.
+			if err := os.Remove(staged); err != nil {
+				return 0, 0, err
+			}
+			removed++
+			continue
+		}
+		rel = strings.ReplaceAll(rel, "~", string(filepath.Separator))
+		ok, err := committed(rel)
+		if err != nil {
+			return 0, 0, err
+		}
+		if ok {
+			publish = append(publish, File{Path: rel, Staging: staged})
+			continue
+		}
+		if err := os.Remove(staged); err != nil {
+			return 0, 0, err
+		}
+		removed++
+	}
+	return len(publish), removed, l.Publish(publish)
+}
+
+var partName = regexp.MustCompile(`^part-(\d+)-(\d+)-(\d+)\.parquet$`)
+
+// HighOffsets returns, per Kafka partition, the highest offset a
+// published file of table holds. A warehouse rebuilt from Kafka uses it to
+// leave events already in the lake out of new lake files.
+func (l *Lake) HighOffsets(table string) (map[int32]int64, error) {
+	out := map[int32]int64{}
+	days, err := os.ReadDir(filepath.Join(l.dir, table))
+	if errors.Is(err, os.ErrNotExist) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range days {
+		files, err := os.ReadDir(filepath.Join(l.dir, table, d.Name()))
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range files {
+			m := partName.FindStringSubmatch(f.Name())
+			if m == nil {
+				continue
+			}
+			p, _ := strconv.Atoi(m[1])
+			last, _ := strconv.ParseInt(m[3], 10, 64)
+			if cur, ok := out[int32(p)]; !ok || last > cur {
+				out[int32(p)] = last
+			}
+		}
+	}
+	return out, nil
+}
+
+// Sync makes a written file durable.
+func Sync(path string) error { return syncPath(path) }
+
+func syncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

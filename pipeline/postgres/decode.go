@@ -1,0 +1,257 @@
+package postgres
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/lakeflow/lakeflow/pipeline/change"
+)
+
+// ResultKind says what a decoded pgoutput message was.
+type ResultKind int
+
+// What Decode can return.
+const (
+	ResultOther    ResultKind = iota // nothing for the pipeline (origin, type)
+	ResultBegin                      // a transaction started
+	ResultCommit                     // Result.End is the transaction's end LSN
+	ResultRelation                   // Result.Relation must be resolved and passed to SetTable
+	ResultRows                       // Result.Events holds row events
+	ResultMessage                    // Result.Message is a logical decoding message
+)
+
+// Result is what one message meant. Events and the datums inside them
+// reference the message bytes and Decoder buffers: they are valid until
+// the next Decode, and the message bytes must not be reused before then.
+type Result struct {
+	Kind     ResultKind
+	Events   []change.Event
+	Relation *pglogrepl.RelationMessage
+	End      change.LSN
+	Message  *pglogrepl.LogicalDecodingMessage
+}
+
+// ErrIdentity reports a change that cannot be decoded faithfully because
+// the table no longer has REPLICA IDENTITY FULL.
+var ErrIdentity = errors.New("replica identity is not FULL")
+
+// Decoder turns pgoutput (protocol version 1) messages into change events
+// carrying (_cdc_seq, _cdc_ord) positions. It is pure: no I/O, no clock,
+// no logging. The caller resolves each Relation message into a
+// change.Table and registers it with SetTable.
+type Decoder struct {
+	tables map[uint32]*change.Table
+	inTxn  bool
+	seq    change.LSN
+	commit int64
+	xid    uint32
+	ord    uint32
+	events []change.Event
+}
+
+// NewDecoder returns a Decoder with no relations.
+func NewDecoder() *Decoder {
+	return &Decoder{tables: map[uint32]*change.Table{}}
+}
+
+// SetTable registers the schema of a relation ID.
+func (d *Decoder) SetTable(relationID uint32, t *change.Table) { d.tables[relationID] = t }
+
+// Table returns the schema registered for a relation ID.
+func (d *Decoder) Table(relationID uint32) *change.Table { return d.tables[relationID] }
+
+// InTransaction reports whether a Begin has been seen without its Commit.
+func (d *Decoder) InTransaction() bool { return d.inTxn }
+
+// pgEpochMicros is 2000-01-01 in microseconds since the Unix epoch.
+const pgEpochMicros = 946684800 * 1000000
+
+// Decode decodes the pgoutput message in data, which arrived at lsn.
+func (d *Decoder) Decode(data []byte, lsn change.LSN) (Result, error) {
+	if len(data) == 0 {
+		return Result{}, errors.New("empty pgoutput message")
+	}
+	switch data[0] {
+	case 'I', 'U', 'D':
+		return d.decodeRow(data, lsn)
+	case 'B':
+		if len(data) < 21 {
+			return Result{}, errors.New("short Begin message")
+		}
+		d.inTxn = true
+		d.seq = change.LSN(binary.BigEndian.Uint64(data[1:]))
+		d.commit = int64(binary.BigEndian.Uint64(data[9:])) + pgEpochMicros
+		d.xid = binary.BigEndian.Uint32(data[17:])
+		d.ord = 0
+		return Result{Kind: ResultBegin}, nil
+	}
+	msg, err := pglogrepl.Parse(data)
+	if err != nil {
+		return Result{}, fmt.Errorf("parse pgoutput %q message: %w", data[0], err)
+	}
+	switch m := msg.(type) {
+	case *pglogrepl.CommitMessage:
+		if !d.inTxn || change.LSN(m.CommitLSN) != d.seq {
+			return Result{}, fmt.Errorf("commit at %s does not match the open transaction (%s)", change.LSN(m.CommitLSN), d.seq)
+		}
+		d.inTxn = false
+		return Result{Kind: ResultCommit, End: change.LSN(m.TransactionEndLSN)}, nil
+	case *pglogrepl.RelationMessage:
+		return Result{Kind: ResultRelation, Relation: m}, nil
+	case *pglogrepl.TruncateMessage:
+		d.events = d.events[:0]
+		for _, rel := range m.RelationIDs {
+			t, err := d.table(rel)
+			if err != nil {
+				return Result{}, err
+			}
+			d.events = append(d.events, d.event(t, change.OpTruncate, lsn))
+		}
+		return Result{Kind: ResultRows, Events: d.events}, nil
+	case *pglogrepl.LogicalDecodingMessage:
+		return Result{Kind: ResultMessage, Message: m}, nil
+	}
+	return Result{Kind: ResultOther}, nil
+}
+
+func (d *Decoder) table(rel uint32) (*change.Table, error) {
+	t, ok := d.tables[rel]
+	if !ok {
+		return nil, fmt.Errorf("change for relation %d arrived before its Relation message", rel)
+	}
+	if !d.inTxn {
+		return nil, fmt.Errorf("change for %s outside a transaction", t.ID())
+	}
+	return t, nil
+}
+
+func (d *Decoder) event(t *change.Table, op change.Op, lsn change.LSN) change.Event {
+	d.ord++
+	return change.Event{
+		Table: t, Op: op, LSN: lsn, TxID: d.xid, Commit: d.commit,
+		Pos: change.Position{Seq: d.seq, Ord: d.ord}, Snapshot: change.SnapshotNone,
+	}
+}
+
+// decodeRow decodes Insert, Update and Delete without copying values: the
+// datums point into data. (pglogrepl.Parse copies every column byte by byte
+// into its own allocation; rows are the hot path.)
+func (d *Decoder) decodeRow(data []byte, lsn change.LSN) (Result, error) {
+	if len(data) < 6 {
+		return Result{}, fmt.Errorf("short %q message", data[0])
+	}
+	t, err := d.table(binary.BigEndian.Uint32(data[1:]))
+	if err != nil {
+		return Result{}, err
+	}
+	var before, after []change.Datum
+	rest := data[5:]
+	var oldKind byte
+	if data[0] != 'I' && len(rest) > 0 && (rest[0] == 'K' || rest[0] == 'O') {
+		oldKind = rest[0]
+		if before, rest, err = decodeTuple(t, rest[1:]); err != nil {
+			return Result{}, err
+		}
+	}
+	if data[0] != 'D' {
+		if len(rest) == 0 || rest[0] != 'N' {
+			return Result{}, fmt.Errorf("%s: %q message without a new tuple", t.ID(), data[0])
+		}
+		if after, rest, err = decodeTuple(t, rest[1:]); err != nil {
+			return Result{}, err
+		}
+	}
+	if len(rest) != 0 {
+		return Result{}, fmt.Errorf("%s: %d trailing bytes in %q message", t.ID(), len(rest), data[0])
+	}
+	if data[0] != 'I' && oldKind != 'O' {
+		return Result{}, fmt.Errorf("%w: %s sent a %q change without the old row; run ALTER TABLE %s REPLICA IDENTITY FULL",
+			ErrIdentity, t.ID(), data[0], t.ID())
+	}
+	// With REPLICA IDENTITY FULL the new tuple still marks unchanged
+	// out-of-line (TOASTed) values 'u'; the old tuple has them.
+	for i := range after {
+		if after[i].Text == nil && !after[i].Null {
+			if before == nil || (before[i].Text == nil && !before[i].Null) {
+				return Result{}, fmt.Errorf("%w: %s column %s arrived as unchanged TOAST without its old value; run ALTER TABLE %s REPLICA IDENTITY FULL",
+					ErrIdentity, t.ID(), t.Columns[i].Name, t.ID())
+			}
+			after[i] = before[i]
+		}
+	}
+	d.events = d.events[:0]
+	switch {
+	case data[0] == 'I':
+		ev := d.event(t, change.OpCreate, lsn)
+		ev.After = after
+		d.events = append(d.events, ev)
+	case data[0] == 'D':
+		ev := d.event(t, change.OpDelete, lsn)
+		ev.Before = before
+		d.events = append(d.events, ev)
+	case keyChanged(t, before, after):
+		// Debezium's form of a primary-key update: a delete of the old key
+		// and a create of the new one, in that order.
+		del := d.event(t, change.OpDelete, lsn)
+		del.Before = before
+		ins := d.event(t, change.OpCreate, lsn)
+		ins.After = after
+		d.events = append(d.events, del, ins)
+	default:
+		ev := d.event(t, change.OpUpdate, lsn)
+		ev.Before, ev.After = before, after
+		d.events = append(d.events, ev)
+	}
+	return Result{Kind: ResultRows, Events: d.events}, nil
+}
+
+// decodeTuple reads a TupleData. An unchanged-TOAST column is returned
+// with Null false and Text nil.
+func decodeTuple(t *change.Table, src []byte) ([]change.Datum, []byte, error) {
+	if len(src) < 2 {
+		return nil, nil, fmt.Errorf("%s: short tuple", t.ID())
+	}
+	n := int(binary.BigEndian.Uint16(src))
+	if n != len(t.Columns) {
+		return nil, nil, fmt.Errorf("%s: tuple has %d columns, relation has %d", t.ID(), n, len(t.Columns))
+	}
+	src = src[2:]
+	row := make([]change.Datum, n)
+	for i := range row {
+		if len(src) == 0 {
+			return nil, nil, fmt.Errorf("%s: truncated tuple", t.ID())
+		}
+		kind := src[0]
+		src = src[1:]
+		switch kind {
+		case 'n':
+			row[i].Null = true
+		case 'u':
+		case 't':
+			if len(src) < 4 {
+				return nil, nil, fmt.Errorf("%s: truncated tuple", t.ID())
+			}
+			l := int(binary.BigEndian.Uint32(src))
+			if len(src) < 4+l {
+				return nil, nil, fmt.Errorf("%s: truncated tuple", t.ID())
+			}
+			row[i].Text = src[4 : 4+l : 4+l]
+			src = src[4+l:]
+		default:
+			return nil, nil, fmt.Errorf("%s: column %s has tuple kind %q; lakeflow reads text format", t.ID(), t.Columns[i].Name, kind)
+		}
+	}
+	return row, src, nil
+}
+
+func keyChanged(t *change.Table, before, after []change.Datum) bool {
+	for _, i := range t.KeyColumns() {
+		if before[i].Null != after[i].Null || string(before[i].Text) != string(after[i].Text) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,118 @@
+// Package pgtest gives test packages a private PostgreSQL cluster (one per
+// package, started in TestMain) and a fresh database per test.
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lakeflow/lakeflow/pipeline/postgres"
+)
+
+// Server is a running test cluster.
+type Server struct {
+	cluster *postgres.Cluster
+	dir     string
+	n       atomic.Int64
+}
+
+// Start starts a cluster with fsync off in a fresh directory. It fails
+// (never skips) when the server binaries are missing, saying how to
+// install them.
+func Start() (*Server, error) {
+	dir, err := os.MkdirTemp("", "lakeflow-pgtest-")
+	if err != nil {
+		return nil, err
+	}
+	// The server may run as the postgres user (when tests run as root):
+	// the directory must be traversable for it.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cl, err := postgres.StartCluster(context.Background(), postgres.ClusterConfig{
+		Dir: filepath.Join(dir, "pg"), Port: port, Ephemeral: true,
+	}, log)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("start test PostgreSQL (install the server binaries, e.g. apt-get install postgresql): %w", err)
+	}
+	return &Server{cluster: cl, dir: dir}, nil
+}
+
+// Stop stops the cluster and removes its files.
+func (s *Server) Stop() {
+	s.cluster.Stop()
+	os.RemoveAll(s.dir)
+}
+
+// Cluster is the underlying cluster.
+func (s *Server) Cluster() *postgres.Cluster { return s.cluster }
+
+var nonIdent = regexp.MustCompile(`[^a-z0-9_]+`)
+
+// NewDatabase creates a database for t and returns its DSN; it is dropped
+// when the test ends.
+func (s *Server) NewDatabase(t testing.TB) string {
+	t.Helper()
+	name := nonIdent.ReplaceAllString(strings.ToLower(t.Name()), "_")
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	name = fmt.Sprintf("t%d_%s", s.n.Add(1), name)
+	ctx := context.Background()
+	if err := s.cluster.EnsureDatabase(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(ctx, s.cluster.DSN("postgres"))
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		conn.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1 AND NOT active", name)
+		conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	})
+	return s.cluster.DSN(name)
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Exec runs SQL statements against dsn, failing the test on error.
+func Exec(t testing.TB, dsn string, sql ...string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, s := range sql {
+		if _, err := conn.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+}

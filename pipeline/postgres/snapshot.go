@@ -1,0 +1,147 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+)
+
+// slotCreateTimeout bounds CREATE_REPLICATION_SLOT, which waits for every
+// transaction that holds an xid to finish.
+const slotCreateTimeout = 2 * time.Minute
+
+// snapshot creates the slot and copies every table inside the snapshot the
+// slot exports, so snapshot plus stream is exactly the database: no gap,
+// no overlap. Snapshot rows carry (consistent point, 0).
+func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, sink Sink, store StateStore, schemas map[string]*change.Table) (*State, error) {
+	state := &State{Slot: s.cfg.Slot, Tables: s.tableNames()}
+	// Saved before the slot exists, so a crash right after creating it
+	// still leaves a record that the slot is ours to drop.
+	if err := store.SaveState(ctx, *state); err != nil {
+		return nil, err
+	}
+	repl, err := connectReplication(ctx, s.cfg.DSN)
+	if err != nil {
+		return nil, err
+	}
+	defer repl.Close(context.Background())
+	cctx, cancel := context.WithTimeout(ctx, slotCreateTimeout)
+	res, err := pglogrepl.CreateReplicationSlot(cctx, repl, s.cfg.Slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT"})
+	cancel()
+	if err != nil {
+		if errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+			return nil, fmt.Errorf("%w: creating replication slot %s waited %s for open transactions to finish (%s); end them and retry",
+				fault.ErrSource, s.cfg.Slot, slotCreateTimeout, s.openTransactions(ctx))
+		}
+		return nil, fmt.Errorf("%w: create replication slot %s: %v", fault.ErrSource, s.cfg.Slot, err)
+	}
+	cp, err := pglogrepl.ParseLSN(res.ConsistentPoint)
+	if err != nil {
+		return nil, fmt.Errorf("slot consistent point %q: %w", res.ConsistentPoint, err)
+	}
+	state.ConsistentPoint = change.LSN(cp)
+
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("%w: begin snapshot transaction: %v", fault.ErrUnavailable, err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+res.SnapshotName+"'"); err != nil {
+		return nil, fmt.Errorf("%w: import snapshot %s: %v", fault.ErrSource, res.SnapshotName, err)
+	}
+	// The copy has imported the snapshot; the exporting session may go.
+	repl.Close(ctx)
+	var taken time.Time
+	if err := tx.QueryRow(ctx, "SELECT now()").Scan(&taken); err != nil {
+		return nil, fmt.Errorf("%w: read snapshot time: %v", fault.ErrUnavailable, err)
+	}
+	state.SnapshotTime = taken.UnixMicro()
+	if err := store.SaveState(ctx, *state); err != nil {
+		return nil, err
+	}
+	s.log.Info("initial snapshot started", "slot", s.cfg.Slot, "consistent_point", state.ConsistentPoint)
+	cat := newCatalog(conn)
+	var rows int64
+	for _, ct := range s.cfg.Tables {
+		t, err := cat.loadTable(ctx, ct.Schema, ct.Name)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", fault.ErrSource, err)
+		}
+		if err := s.publishSchema(ctx, sink, schemas, t, state.ConsistentPoint); err != nil {
+			return nil, err
+		}
+		n, err := s.copyTable(ctx, tx, sink, t, state)
+		if err != nil {
+			return nil, err
+		}
+		rows += n
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("%w: end snapshot transaction: %v", fault.ErrUnavailable, err)
+	}
+	sink.EndTxn(state.ConsistentPoint)
+	if err := sink.Flush(ctx); err != nil {
+		return nil, err
+	}
+	state.Snapshotted = true
+	if err := store.SaveState(ctx, *state); err != nil {
+		return nil, err
+	}
+	s.log.Info("initial snapshot done", "tables", len(s.cfg.Tables), "rows", rows)
+	return state, nil
+}
+
+func (s *Source) copyTable(ctx context.Context, tx pgx.Tx, sink Sink, t *change.Table, state *State) (int64, error) {
+	cols := make([]string, len(t.Columns))
+	for i, c := range t.Columns {
+		cols[i] = pgx.Identifier{c.Name}.Sanitize()
+	}
+	ev := change.Event{
+		Table: t, Op: change.OpRead, LSN: state.ConsistentPoint, Commit: state.SnapshotTime,
+		Pos: change.Position{Seq: state.ConsistentPoint}, Snapshot: change.SnapshotRow,
+	}
+	var n int64
+	r := newCopyReader(len(t.Columns), func(row []change.Datum) error {
+		ev.After = row
+		n++
+		s.Stats.Events.Add(1)
+		return sink.Event(ctx, &ev)
+	})
+	query := fmt.Sprintf("COPY (SELECT %s FROM %s) TO STDOUT", strings.Join(cols, ", "), pgx.Identifier{t.Schema, t.Name}.Sanitize())
+	if _, err := tx.Conn().PgConn().CopyTo(ctx, r, query); err != nil {
+		return n, fmt.Errorf("snapshot %s: %w", t.ID(), err)
+	}
+	if err := r.finish(); err != nil {
+		return n, fmt.Errorf("snapshot %s: %w", t.ID(), err)
+	}
+	return n, nil
+}
+
+// openTransactions names the sessions that block slot creation.
+func (s *Source) openTransactions(ctx context.Context) string {
+	conn, err := connect(ctx, s.cfg.DSN)
+	if err != nil {
+		return "could not list them"
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, `
+		SELECT format('pid %s (%s, %s, open since %s)', pid, usename, state, xact_start)
+		FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()`)
+	if err != nil {
+		return "could not list them"
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(list) == 0 {
+		return "none listed now"
+	}
+	return strings.Join(list, "; ")
+}

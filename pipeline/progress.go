@@ -1,0 +1,54 @@
+package pipeline
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/lakeflow/lakeflow/pipeline/postgres"
+)
+
+// showProgress redraws one status line every second until stop is called.
+func showProgress(w io.Writer, src *postgres.Source, c *consumer) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		start := time.Now()
+		var lastIn, lastOut int64
+		last := start
+		for {
+			select {
+			case <-done:
+				fmt.Fprint(w, "\r\033[K")
+				return
+			case now := <-t.C:
+				in, out := src.Stats.Events.Load(), c.stats.events.Load()
+				secs := now.Sub(last).Seconds()
+				lag := ""
+				if wal, recv := src.Stats.ServerWAL.Load(), src.Stats.Received.Load(); wal > recv {
+					lag = fmt.Sprintf(" | WAL behind %s", bytesHuman(wal-recv))
+				}
+				fmt.Fprintf(w, "\r\033[K%s  captured %d (%.0f/s)  applied %d (%.0f/s)  pending %d  batches %d  lake files %d%s",
+					now.Sub(start).Round(time.Second), in, float64(in-lastIn)/secs, out, float64(out-lastOut)/secs,
+					max(in-out, 0), c.stats.batches.Load(), c.stats.files.Load(), lag)
+				lastIn, lastOut, last = in, out, now
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+func bytesHuman(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

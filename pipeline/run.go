@@ -1,0 +1,174 @@
+// Package pipeline is the run loop: it starts what the configuration asks
+// for (embedded PostgreSQL and Kafka), then runs the source (PostgreSQL →
+// Kafka) and the consumer (Kafka → lake + warehouse) side by side.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/kafka"
+	"github.com/lakeflow/lakeflow/pipeline/lake"
+	"github.com/lakeflow/lakeflow/pipeline/postgres"
+	"github.com/lakeflow/lakeflow/warehouse"
+)
+
+// Options are the run modes.
+type Options struct {
+	// Follow keeps running until ctx is cancelled; otherwise Run drains
+	// the WAL up to its end (after the demo workload, if any) and returns.
+	Follow bool
+	// Workload, if set, runs against the source once the snapshot is taken
+	// and the stream runs; without Follow, the drain waits for it.
+	Workload func(ctx context.Context, dsn string) error
+	// Prepare, if set, runs against the source before capture starts.
+	Prepare func(ctx context.Context, dsn string) error
+	// Progress, if set, gets a one-line progress display (a terminal).
+	Progress io.Writer
+}
+
+// Run runs the pipeline. Cancelling ctx (Ctrl-C) finishes the in-flight
+// batch and returns nil.
+func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger) error {
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	env, err := startEnvironment(ctx, cfg, log)
+	defer env.stop(log)
+	if err != nil {
+		return err
+	}
+	if opts.Prepare != nil {
+		if err := opts.Prepare(ctx, env.dsn); err != nil {
+			return err
+		}
+	}
+	lk, err := lake.Open(cfg.Lake.Dir)
+	if err != nil {
+		return err
+	}
+	wh, err := warehouse.Open(ctx, cfg.Warehouse.Path, lk, log)
+	if err != nil {
+		return err
+	}
+	defer wh.Close()
+	kcfg := kafka.Config{
+		Brokers: env.brokers, Prefix: cfg.Kafka.TopicPrefix, Partitions: cfg.Kafka.Partitions,
+		Retention: cfg.Kafka.Retention, RetentionBytes: cfg.Kafka.RetentionBytes, Database: env.database,
+	}
+	prod, err := kafka.NewProducer(kcfg, log)
+	if err != nil {
+		return err
+	}
+	defer prod.Close()
+	cons, err := kafka.NewConsumer(kcfg)
+	if err != nil {
+		return err
+	}
+	defer cons.Close()
+	src := postgres.NewSource(postgres.SourceConfig{
+		DSN: env.dsn, Tables: cfg.Source.Tables, Slot: cfg.Source.Slot,
+		Publication: cfg.Source.Publication, Heartbeat: cfg.Source.Heartbeat,
+	}, log)
+
+	drain := make(chan struct{})
+	if !opts.Follow && opts.Workload == nil {
+		close(drain)
+	}
+	sourceDone := make(chan struct{})
+	c := &consumer{cfg: cfg.Pipeline, kafka: cons, wh: wh, log: log, follow: opts.Follow, sourceDone: sourceDone}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(sourceDone)
+		return src.Run(gctx, prod, prod, drain)
+	})
+	if opts.Workload != nil {
+		g.Go(func() error {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-src.Streaming():
+			}
+			err := opts.Workload(gctx, env.dsn)
+			if !opts.Follow {
+				close(drain)
+			}
+			return err
+		})
+	}
+	g.Go(func() error { return c.run(gctx) })
+	if opts.Progress != nil {
+		stop := showProgress(opts.Progress, src, c)
+		defer stop()
+	}
+	err = g.Wait()
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		log.Info("stopped")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	log.Info("run complete", "events", c.stats.events.Load(), "batches", c.stats.batches.Load(),
+		"lake_files", c.stats.files.Load(), "warehouse", wh.Path())
+	return nil
+}
+
+// environment is what Run started for the configuration.
+type environment struct {
+	cluster  *postgres.Cluster
+	broker   *kafka.Broker
+	dsn      string
+	database string
+	brokers  []string
+}
+
+func startEnvironment(ctx context.Context, cfg *config.Config, log *slog.Logger) (*environment, error) {
+	env := &environment{dsn: cfg.Source.DSN, brokers: cfg.Kafka.Brokers}
+	if env.dsn == "" {
+		e := cfg.Source.Embedded
+		cl, err := postgres.StartCluster(ctx, postgres.ClusterConfig{Dir: e.Dir, Port: e.Port}, log)
+		if err != nil {
+			return env, err
+		}
+		env.cluster = cl
+		if err := cl.EnsureDatabase(ctx, e.Database); err != nil {
+			return env, err
+		}
+		env.dsn = cl.DSN(e.Database)
+	}
+	db, err := postgres.DatabaseName(env.dsn)
+	if err != nil {
+		return env, err
+	}
+	env.database = db
+	if cfg.Kafka.Embedded() {
+		b, err := kafka.StartBroker(cfg.Kafka.Dir, cfg.Kafka.Listen, log)
+		if err != nil {
+			return env, err
+		}
+		env.broker = b
+		env.brokers = []string{b.Addr()}
+	}
+	return env, nil
+}
+
+func (e *environment) stop(log *slog.Logger) {
+	if e.broker != nil {
+		e.broker.Close()
+	}
+	if e.cluster != nil {
+		if err := e.cluster.Stop(); err != nil {
+			log.Warn("stopping embedded postgres failed", "err", fmt.Sprint(err))
+		}
+	}
+}

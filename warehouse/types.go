@@ -1,0 +1,143 @@
+package warehouse
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/lakeflow/lakeflow/pipeline/change"
+)
+
+// colType says how a source column lives in DuckDB: its silver type, what
+// to extract from the envelope's JSON (text, so a value that does not fit
+// fails loudly in the cast instead of silently becoming NULL), the SQL
+// that turns the extracted value into the lake's value, and, where the
+// lake cannot hold the silver type, the SQL from lake value to silver.
+type colType struct {
+	duck    string
+	extract string
+	conv    func(x string) string
+	// toSilver is nil when the lake holds the silver type itself.
+	toSilver func(x string) string
+}
+
+// silverValue renders the silver value of lake expression x.
+func (ct colType) silverValue(x string) string {
+	if ct.toSilver == nil {
+		return x
+	}
+	return ct.toSilver(x)
+}
+
+func castTo(t string) func(string) string {
+	return func(x string) string { return "CAST(" + x + " AS " + t + ")" }
+}
+
+// duckType maps a source type. Values keep their meaning exactly:
+// unconstrained numeric stays text (DECIMAL holds 38 digits), intervals
+// keep months, days and microseconds apart.
+func duckType(t change.Type) colType {
+	ct := scalarType(t)
+	if !t.Array {
+		return ct
+	}
+	arr := colType{
+		duck:    ct.duck + "[]",
+		extract: "VARCHAR[]",
+		conv:    func(x string) string { return "list_transform(" + x + ", e -> " + ct.conv("e") + ")" },
+	}
+	if ct.toSilver != nil {
+		arr.toSilver = func(x string) string { return "list_transform(" + x + ", e -> " + ct.toSilver("e") + ")" }
+	}
+	return arr
+}
+
+func scalarType(t change.Type) colType {
+	simple := func(duck string) colType { return colType{duck: duck, extract: "VARCHAR", conv: castTo(duck)} }
+	switch t.Kind {
+	case change.KindInt2:
+		return simple("SMALLINT")
+	case change.KindInt4:
+		return simple("INTEGER")
+	case change.KindInt8:
+		return simple("BIGINT")
+	case change.KindFloat4:
+		return simple("FLOAT")
+	case change.KindFloat8:
+		return simple("DOUBLE")
+	case change.KindNumeric:
+		if t.Precision > 0 {
+			return simple(fmt.Sprintf("DECIMAL(%d,%d)", t.Precision, t.Scale))
+		}
+		return simple("VARCHAR")
+	case change.KindMoney:
+		// PostgreSQL money spans ±92233720368547758.08: 19 digits.
+		return simple("DECIMAL(19,2)")
+	case change.KindBool:
+		return simple("BOOLEAN")
+	case change.KindBytea:
+		return colType{duck: "BLOB", extract: "VARCHAR", conv: func(x string) string { return "from_base64(" + x + ")" }}
+	case change.KindDate:
+		return colType{duck: "DATE", extract: "VARCHAR", conv: func(x string) string {
+			return fmt.Sprintf("CASE CAST(%[1]s AS INTEGER) WHEN %d THEN 'infinity'::DATE WHEN %d THEN '-infinity'::DATE ELSE DATE '1970-01-01' + CAST(%[1]s AS INTEGER) END",
+				x, change.DateInfinity, change.DateNegInfinity)
+		}}
+	case change.KindTime:
+		return colType{duck: "TIME", extract: "VARCHAR", conv: func(x string) string {
+			return fmt.Sprintf("CASE CAST(%[1]s AS BIGINT) WHEN 86400000000 THEN TIME '24:00:00' ELSE TIME '00:00:00' + to_microseconds(CAST(%[1]s AS BIGINT)) END", x)
+		}}
+	case change.KindTimeTZ:
+		return simple("TIMETZ")
+	case change.KindTimestamp:
+		return colType{duck: "TIMESTAMP", extract: "VARCHAR", conv: func(x string) string {
+			return fmt.Sprintf("CASE CAST(%[1]s AS BIGINT) WHEN %d THEN 'infinity'::TIMESTAMP WHEN %d THEN '-infinity'::TIMESTAMP ELSE make_timestamp(CAST(%[1]s AS BIGINT)) END",
+				x, int64(change.TimestampInfinity), int64(change.TimestampNegInfinity))
+		}}
+	case change.KindTimestampTZ:
+		return simple("TIMESTAMPTZ")
+	case change.KindInterval:
+		// Parquet cannot store negative intervals: the lake keeps
+		// PostgreSQL's ISO 8601 text, silver the INTERVAL.
+		return colType{duck: "INTERVAL", extract: "VARCHAR", conv: func(x string) string { return x },
+			toSilver: func(x string) string { return "lakeflow_iso_interval(" + x + ")" }}
+	case change.KindUUID:
+		return simple("UUID")
+	case change.KindJSON, change.KindJSONB:
+		return simple("JSON")
+	}
+	return simple("VARCHAR")
+}
+
+// intervalMacro parses PostgreSQL's iso_8601 interval output
+// (P1Y2M3DT4H5M6.5S, P-1Y-2M3DT-4H, PT0S), which DuckDB cannot cast,
+// keeping months, days and microseconds apart as PostgreSQL does.
+const intervalMacro = `CREATE OR REPLACE TEMP MACRO lakeflow_iso_interval(s) AS (
+	to_months(CAST(coalesce(nullif(regexp_extract(split_part(s, 'T', 1), '(-?\d+)Y', 1), ''), '0') AS INTEGER) * 12
+	        + CAST(coalesce(nullif(regexp_extract(split_part(s, 'T', 1), '(-?\d+)M', 1), ''), '0') AS INTEGER))
+	+ to_days(CAST(coalesce(nullif(regexp_extract(split_part(s, 'T', 1), '(-?\d+)D', 1), ''), '0') AS INTEGER))
+	+ to_microseconds(
+	    CAST(coalesce(nullif(regexp_extract(split_part(s, 'T', 2), '(-?\d+)H', 1), ''), '0') AS BIGINT) * 3600000000
+	  + CAST(coalesce(nullif(regexp_extract(split_part(s, 'T', 2), '(-?\d+)M', 1), ''), '0') AS BIGINT) * 60000000
+	  + CAST(round(CAST(coalesce(nullif(regexp_extract(split_part(s, 'T', 2), '(-?[0-9.]+)S', 1), ''), '0') AS DECIMAL(38,6)) * 1000000) AS BIGINT))
+)`
+
+// hasInterval reports whether a table has an interval column: DuckDB's
+// UPDATE and MERGE keep the old spelling of an interval that compares
+// equal (1 day vs 24:00:00), so such tables apply changes by delete and
+// insert.
+func hasInterval(t *change.Table) bool {
+	for _, c := range t.Columns {
+		if c.Type.Kind == change.KindInterval {
+			return true
+		}
+	}
+	return false
+}
+
+// ident quotes an SQL identifier.
+func ident(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// literal quotes an SQL string literal.
+func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

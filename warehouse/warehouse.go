@@ -1,0 +1,238 @@
+// Package warehouse is the DuckDB side: silver tables created from source
+// schemas, the per-batch apply (stage, lake files, guarded MERGE, soft
+// deletes, offsets) in one transaction, and the operations tables.
+package warehouse
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	_ "github.com/duckdb/duckdb-go/v2" // the DuckDB database/sql driver
+
+	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/pipeline/lake"
+)
+
+// Warehouse is an open warehouse file. Its methods are not safe for
+// concurrent use: one consumer owns it.
+type Warehouse struct {
+	path   string
+	db     *sql.DB
+	conn   *sql.Conn // temp staging tables live on this one connection
+	lake   *lake.Lake
+	log    *slog.Logger
+	tables map[string]*table // by topic
+	// lakeHigh is, per topic and partition, the highest offset already in
+	// a lake file; replayed events at or below it are not written again.
+	lakeHigh map[string]map[int32]int64
+}
+
+// table is a silver table and the SQL that applies batches to it.
+type table struct {
+	id     int
+	topic  string
+	schema *change.Table
+	parse  string
+	apply  []string
+}
+
+const bootstrap = `
+CREATE SCHEMA IF NOT EXISTS silver;
+CREATE SCHEMA IF NOT EXISTS lakeflow;
+CREATE TABLE IF NOT EXISTS lakeflow.tables (
+	source_table VARCHAR PRIMARY KEY,
+	topic        VARCHAR NOT NULL,
+	silver_table VARCHAR NOT NULL,
+	schema       JSON NOT NULL,
+	updated_at   TIMESTAMPTZ NOT NULL
+);
+CREATE TABLE IF NOT EXISTS lakeflow.offsets (
+	topic       VARCHAR NOT NULL,
+	"partition" INTEGER NOT NULL,
+	next_offset BIGINT NOT NULL,
+	updated_at  TIMESTAMPTZ NOT NULL,
+	PRIMARY KEY (topic, "partition")
+);
+CREATE TABLE IF NOT EXISTS lakeflow.lake_files (
+	path         VARCHAR PRIMARY KEY,
+	source_table VARCHAR NOT NULL,
+	day          DATE NOT NULL,
+	topic        VARCHAR NOT NULL,
+	"partition"  INTEGER NOT NULL,
+	first_offset BIGINT NOT NULL,
+	last_offset  BIGINT NOT NULL,
+	events       BIGINT NOT NULL,
+	min_seq      UBIGINT NOT NULL,
+	max_seq      UBIGINT NOT NULL,
+	bytes        BIGINT NOT NULL,
+	committed_at TIMESTAMPTZ NOT NULL
+);
+`
+
+// Open opens (creating if needed) the warehouse at path, finishes any lake
+// publication a crash interrupted, and loads the table registry.
+func Open(ctx context.Context, path string, lk *lake.Lake, log *slog.Logger) (*Warehouse, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("%w: create %s: %v", fault.ErrEnvironment, filepath.Dir(path), err)
+	}
+	db, err := sql.Open("duckdb", path)
+	if err != nil {
+		return nil, openError(path, err)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		db.Close()
+		return nil, openError(path, err)
+	}
+	w := &Warehouse{path: path, db: db, conn: conn, lake: lk, log: log,
+		tables: map[string]*table{}, lakeHigh: map[string]map[int32]int64{}}
+	if err := w.init(ctx); err != nil {
+		w.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+func openError(path string, err error) error {
+	if strings.Contains(err.Error(), "Could not set lock") {
+		return fmt.Errorf("%w: warehouse %s is open in another process (DuckDB allows one writer): close it, or run lakeflow with another warehouse.path: %v",
+			fault.ErrEnvironment, path, err)
+	}
+	return fmt.Errorf("%w: open warehouse %s: %v", fault.ErrEnvironment, path, err)
+}
+
+func (w *Warehouse) init(ctx context.Context) error {
+	for _, stmt := range []string{
+		"SET TimeZone = 'UTC'",
+		bootstrap,
+		intervalMacro,
+		"CREATE OR REPLACE TEMP TABLE lakeflow_stage (tbl INTEGER, kafka_partition INTEGER, kafka_offset BIGINT, v VARCHAR)",
+	} {
+		if _, err := w.conn.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("initialise warehouse %s: %w", w.path, err)
+		}
+	}
+	published, removed, err := w.lake.Recover(func(path string) (bool, error) {
+		var n int
+		err := w.conn.QueryRowContext(ctx, "SELECT count(*) FROM lakeflow.lake_files WHERE path = ?", path).Scan(&n)
+		return n > 0, err
+	})
+	if err != nil {
+		return fmt.Errorf("recover lake staging: %w", err)
+	}
+	if published+removed > 0 {
+		w.log.Info("lake staging recovered", "published", published, "removed", removed)
+	}
+	rows, err := w.conn.QueryContext(ctx, "SELECT topic, schema::VARCHAR FROM lakeflow.tables ORDER BY source_table")
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var topic, schema string
+		if err := rows.Scan(&topic, &schema); err != nil {
+			return err
+		}
+		var t change.Table
+		if err := json.Unmarshal([]byte(schema), &t); err != nil {
+			return fmt.Errorf("lakeflow.tables: schema of %s: %w", topic, err)
+		}
+		w.register(topic, &t)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	return w.loadLakeHigh(ctx)
+}
+
+// loadLakeHigh takes the lake's high offsets from lakeflow.lake_files and
+// from the files themselves: a new warehouse may sit on an existing lake.
+func (w *Warehouse) loadLakeHigh(ctx context.Context) error {
+	rows, err := w.conn.QueryContext(ctx, `SELECT topic, "partition", max(last_offset) FROM lakeflow.lake_files GROUP BY ALL`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var topic string
+		var part int32
+		var off int64
+		if err := rows.Scan(&topic, &part, &off); err != nil {
+			return err
+		}
+		w.raiseLakeHigh(topic, part, off)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for topic, t := range w.tables {
+		if err := w.scanLake(topic, t.schema); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *Warehouse) scanLake(topic string, t *change.Table) error {
+	high, err := w.lake.HighOffsets(t.Name)
+	if err != nil {
+		return fmt.Errorf("read lake %s: %w", t.Name, err)
+	}
+	for p, off := range high {
+		w.raiseLakeHigh(topic, p, off)
+	}
+	return nil
+}
+
+func (w *Warehouse) raiseLakeHigh(topic string, part int32, off int64) {
+	if w.lakeHigh[topic] == nil {
+		w.lakeHigh[topic] = map[int32]int64{}
+	}
+	if cur, ok := w.lakeHigh[topic][part]; !ok || off > cur {
+		w.lakeHigh[topic][part] = off
+	}
+}
+
+// Close closes the warehouse; DuckDB checkpoints on a clean close.
+func (w *Warehouse) Close() error {
+	return errors.Join(w.conn.Close(), w.db.Close())
+}
+
+// Path is the warehouse file.
+func (w *Warehouse) Path() string { return w.path }
+
+// Topics lists the topics of the registered tables.
+func (w *Warehouse) Topics() []string {
+	out := make([]string, 0, len(w.tables))
+	for topic := range w.tables {
+		out = append(out, topic)
+	}
+	return out
+}
+
+// Offsets returns the next offset to consume for each partition of topic.
+func (w *Warehouse) Offsets(ctx context.Context, topic string) (map[int32]int64, error) {
+	rows, err := w.conn.QueryContext(ctx, `SELECT "partition", next_offset FROM lakeflow.offsets WHERE topic = ?`, topic)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[int32]int64{}
+	for rows.Next() {
+		var p int32
+		var off int64
+		if err := rows.Scan(&p, &off); err != nil {
+			return nil, err
+		}
+		out[p] = off
+	}
+	return out, rows.Err()
+}
