@@ -32,6 +32,7 @@ type consumer struct {
 	pending []warehouse.Record
 	bytes   int64
 	opened  time.Time
+	synced  time.Time
 	stats   consumerStats
 }
 
@@ -72,6 +73,15 @@ func (c *consumer) run(ctx context.Context) error {
 		}
 		if target != nil && len(c.pending) == 0 && reached(c.applied, target) {
 			return nil
+		}
+		// New tables show up in the schema topic; look while idle.
+		if len(c.pending) == 0 && time.Since(c.synced) >= c.cfg.BatchInterval {
+			if err := c.syncSchemas(ctx); err != nil {
+				if ctx.Err() != nil {
+					return c.finish(ctx.Err())
+				}
+				return err
+			}
 		}
 		wait := c.cfg.BatchInterval
 		if len(c.pending) > 0 {
@@ -147,6 +157,7 @@ func (c *consumer) apply(ctx context.Context) error {
 // syncSchemas creates or evolves silver tables from new schema records and
 // starts consuming new topics at the warehouse's offsets.
 func (c *consumer) syncSchemas(ctx context.Context) error {
+	c.synced = time.Now()
 	recs, err := c.kafka.Schemas(ctx)
 	if err != nil {
 		return err

@@ -1,0 +1,110 @@
+package pipeline
+
+import (
+	"bufio"
+	"context"
+	"math/rand/v2"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lakeflow/lakeflow/pipeline/demo"
+)
+
+var demoTables = []string{"customers", "products", "orders", "order_items", "payments"}
+
+// process is a lakeflow command running as its own process.
+type process struct {
+	cmd     *exec.Cmd
+	batches chan struct{} // one value per committed batch
+	exited  chan error
+}
+
+func start(t *testing.T, h *harness, args ...string) *process {
+	t.Helper()
+	cmd := exec.Command(lakeflowBinary(t), append([]string{"--config", h.file, "--log-level", "debug"}, args...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: cmd, batches: make(chan struct{}, 1<<16), exited: make(chan error, 1)}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			h.logs.Write([]byte(line + "\n"))
+			if strings.Contains(line, `msg="batch committed"`) {
+				p.batches <- struct{}{}
+			}
+		}
+		p.exited <- cmd.Wait()
+	}()
+	return p
+}
+
+// waitBatches waits for n committed batches.
+func (p *process) waitBatches(t *testing.T, n int) {
+	t.Helper()
+	timeout := time.After(2 * time.Minute)
+	for i := 0; i < n; i++ {
+		select {
+		case <-p.batches:
+		case err := <-p.exited:
+			t.Fatalf("lakeflow exited early: %v", err)
+		case <-timeout:
+			t.Fatalf("no batch committed in 2 minutes")
+		}
+	}
+}
+
+func (p *process) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.exited
+}
+
+// TestKillNineAndReplay kills `lakeflow run --follow` with SIGKILL at
+// random moments while the workload runs, restarts it each time, and
+// finally drains with `lakeflow run`: the warehouse must equal the source
+// and the lake must hold every event exactly once.
+func TestKillNineAndReplay(t *testing.T) {
+	lakeflowBinary(t)
+	h := newHarness(t, qualified(demoTables)...)
+	ctx := context.Background()
+	if err := demo.Setup(ctx, h.dsn); err != nil {
+		t.Fatal(err)
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+
+	workload := make(chan error, 1)
+	go func() { workload <- demo.Workload{Events: 20000, Seed: seed}.Run(ctx, h.dsn) }()
+	for kills := 0; kills < 3; kills++ {
+		p := start(t, h, "run", "--follow")
+		p.waitBatches(t, 1)
+		time.Sleep(time.Duration(rng.IntN(400)) * time.Millisecond)
+		p.kill(t)
+	}
+	if err := <-workload; err != nil {
+		t.Fatal(err)
+	}
+	// One more kill after the workload, then the drain.
+	p := start(t, h, "run", "--follow")
+	p.waitBatches(t, 1)
+	p.kill(t)
+	p = start(t, h, "run")
+	if err := <-p.exited; err != nil {
+		t.Fatalf("lakeflow run: %v", err)
+	}
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, demoTables...)
+	assertLakeExactlyOnce(t, h.cfg, demoTables...)
+}
