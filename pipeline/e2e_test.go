@@ -41,6 +41,7 @@ func TestEndToEnd(t *testing.T) {
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, allTables...)
 	first := lakeCounts(t, h.cfg)
 	assertLakeExactlyOnce(t, h.cfg, allTables...)
+	assertKcatReads(t, h.cfg, "orders", consumed(t, h.cfg, "orders"))
 
 	// A run with nothing new changes nothing.
 	h.run(t, Options{})
@@ -131,6 +132,16 @@ func assertSameSilver(t *testing.T, a, b string, tables ...string) {
 			t.Errorf("silver.%s: %d rows differ between %s and %s (%d rows)", table, diff, a, b, n)
 		}
 	}
+}
+
+// consumed is how many records of a table's topic the warehouse read.
+func consumed(t *testing.T, cfg *config.Config, table string) int64 {
+	t.Helper()
+	db := openDuck(t, cfg.Warehouse.Path)
+	defer db.Close()
+	var n int64
+	queryRow(t, db, "SELECT sum(next_offset) FROM lakeflow.offsets WHERE topic = ?", &n, cfg.Kafka.TopicPrefix+".public."+table)
+	return n
 }
 
 func queryRow(t *testing.T, db *sql.DB, query string, dst any, args ...any) {

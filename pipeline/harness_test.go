@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/postgres"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )
 
@@ -99,6 +100,10 @@ func newHarness(t *testing.T, tables ...string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	db, err := postgres.DatabaseName(h.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
 	quoted := make([]string, len(tables))
 	for i, tb := range tables {
 		quoted[i] = fmt.Sprintf("%q", tb)
@@ -108,14 +113,14 @@ func newHarness(t *testing.T, tables ...string) *harness {
 [source]
 dsn = %q
 tables = [%s]
-slot = "lakeflow_test"
+slot = %q
 heartbeat = "1s"
 [kafka]
 listen = "127.0.0.1:%d"
 [pipeline]
 batch_events = 3000
 batch_interval = "200ms"
-`, h.dsn, strings.Join(quoted, ", "), port)
+`, h.dsn, strings.Join(quoted, ", "), "s_"+db, port)
 	if err := os.WriteFile(h.file, []byte(toml), 0o644); err != nil {
 		t.Fatal(err)
 	}

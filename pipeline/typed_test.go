@@ -40,7 +40,7 @@ func typedRow(id string, variant int) string {
 		  'null', '[]', '{}', '{}', 'sad', 1, NULL)`,
 		`(%s, NULL, NULL, 'Infinity', 1e300, 0, 0, 0, NULL,
 		  NULL, NULL, NULL, NULL, 'infinity', '00:00:00', '00:00:00+00', '-infinity',
-		  'infinity', '1 day', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)`,
+		  'infinity', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)`,
 	}
 	return "INSERT INTO typed VALUES " + strings.Replace(rows[variant%len(rows)], "%s", id, 1)
 }

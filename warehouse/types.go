@@ -111,7 +111,7 @@ func scalarType(t change.Type) colType {
 // intervalMacro parses PostgreSQL's iso_8601 interval output
 // (P1Y2M3DT4H5M6.5S, P-1Y-2M3DT-4H, PT0S), which DuckDB cannot cast,
 // keeping months, days and microseconds apart as PostgreSQL does.
-const intervalMacro = `CREATE OR REPLACE TEMP MACRO lakeflow_iso_interval(s) AS (
+const intervalMacro = `CREATE OR REPLACE TEMP MACRO lakeflow_iso_interval(s) AS CASE WHEN s IS NULL THEN NULL ELSE (
 	to_months(CAST(coalesce(nullif(regexp_extract(split_part(s, 'T', 1), '(-?\d+)Y', 1), ''), '0') AS INTEGER) * 12
 	        + CAST(coalesce(nullif(regexp_extract(split_part(s, 'T', 1), '(-?\d+)M', 1), ''), '0') AS INTEGER))
 	+ to_days(CAST(coalesce(nullif(regexp_extract(split_part(s, 'T', 1), '(-?\d+)D', 1), ''), '0') AS INTEGER))
@@ -119,7 +119,7 @@ const intervalMacro = `CREATE OR REPLACE TEMP MACRO lakeflow_iso_interval(s) AS 
 	    CAST(coalesce(nullif(regexp_extract(split_part(s, 'T', 2), '(-?\d+)H', 1), ''), '0') AS BIGINT) * 3600000000
 	  + CAST(coalesce(nullif(regexp_extract(split_part(s, 'T', 2), '(-?\d+)M', 1), ''), '0') AS BIGINT) * 60000000
 	  + CAST(round(CAST(coalesce(nullif(regexp_extract(split_part(s, 'T', 2), '(-?[0-9.]+)S', 1), ''), '0') AS DECIMAL(38,6)) * 1000000) AS BIGINT))
-)`
+) END`
 
 // hasInterval reports whether a table has an interval column: DuckDB's
 // UPDATE and MERGE keep the old spelling of an interval that compares

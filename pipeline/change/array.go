@@ -1,6 +1,9 @@
 package change
 
-import "errors"
+import (
+	"bytes"
+	"errors"
+)
 
 var errArray = errors.New("malformed array literal")
 
@@ -80,6 +83,9 @@ func (p *arrayParser) appendLevel(dst []byte) ([]byte, error) {
 
 func (p *arrayParser) appendElement(dst []byte) ([]byte, error) {
 	p.elem = p.elem[:0]
+	if p.i >= len(p.s) {
+		return nil, errArray
+	}
 	if p.s[p.i] == '"' {
 		p.i++
 		for {
@@ -110,7 +116,7 @@ func (p *arrayParser) appendElement(dst []byte) ([]byte, error) {
 		p.i++
 	}
 	raw := p.s[start:p.i]
-	if len(raw) == 4 && (string(raw) == "NULL" || string(raw) == "null") {
+	if bytes.EqualFold(raw, []byte("NULL")) {
 		return append(dst, "null"...), nil
 	}
 	for j := 0; j < len(raw); j++ {

@@ -25,9 +25,6 @@ type Snapshot string
 const (
 	SnapshotNone Snapshot = "false"
 	SnapshotRow  Snapshot = "true"
-	// SnapshotLast is the last row of a table's snapshot
-	// ("last_in_data_collection" in Debezium).
-	SnapshotLast Snapshot = "last_in_data_collection"
 )
 
 // Event is one row change. Before and After are in Table.Columns order and

@@ -50,8 +50,12 @@ func appendScalar(dst []byte, k Kind, s []byte) ([]byte, error) {
 		// lc_monetary=C prints -$1,234.56; Debezium strips symbol and commas.
 		dst = append(dst, '"')
 		for _, c := range s {
-			if c != '$' && c != ',' {
+			switch {
+			case c == '$' || c == ',':
+			case c == '-' || c == '.' || (c >= '0' && c <= '9'):
 				dst = append(dst, c)
+			default:
+				return nil, errSyntax
 			}
 		}
 		return append(dst, '"'), nil
@@ -123,33 +127,64 @@ func appendScalar(dst []byte, k Kind, s []byte) ([]byte, error) {
 	}
 }
 
+// isInteger and isNumber accept exactly JSON's number grammar (PostgreSQL
+// prints 1.5, -0, 1e+20), integers without fraction or exponent.
 func isInteger(s []byte) bool {
-	if len(s) > 0 && s[0] == '-' {
-		s = s[1:]
-	}
-	if len(s) == 0 {
-		return false
-	}
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
+	n, ok := jsonNumber(s)
+	return ok && n == len(s) && !containsAny(s, ".eE")
 }
 
-// isNumber accepts what PostgreSQL's float output prints (1.5, -0, 1e+20),
-// all of which are JSON numbers.
 func isNumber(s []byte) bool {
-	if len(s) == 0 {
-		return false
-	}
+	n, ok := jsonNumber(s)
+	return ok && n == len(s)
+}
+
+func containsAny(s []byte, chars string) bool {
 	for _, c := range s {
-		if (c < '0' || c > '9') && c != '-' && c != '+' && c != '.' && c != 'e' {
-			return false
+		for i := 0; i < len(chars); i++ {
+			if c == chars[i] {
+				return true
+			}
 		}
 	}
-	return true
+	return false
+}
+
+// jsonNumber scans -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? and
+// returns how many bytes it covers.
+func jsonNumber(s []byte) (int, bool) {
+	i := 0
+	digits := func() int {
+		start := i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		return i - start
+	}
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	if i < len(s) && s[i] == '0' {
+		i++
+	} else if digits() == 0 {
+		return i, false
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		if digits() == 0 {
+			return i, false
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return i, false
+		}
+	}
+	return i, true
 }
 
 // parseDate reads YYYY-MM-DD (years may have more digits) with an optional

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -62,19 +63,24 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *slog.Logger) (*Cl
 		if c.owner, err = postgresUser(); err != nil {
 			return nil, err
 		}
+		if err := c.checkReachable(); err != nil {
+			// A project under a 0700 home directory: keep the cluster
+			// where the postgres user can reach it, stably per data_dir.
+			alt := fallbackDir(cfg.Dir)
+			log.Warn("the postgres user cannot reach data_dir; keeping the embedded cluster elsewhere", "reason", err.Error(), "dir", alt)
+			c.cfg.Dir = alt
+			if err := c.checkReachable(); err != nil {
+				return nil, err
+			}
+		}
 	}
 	// Parents stay traversable (0755) so the postgres user can reach the
 	// cluster when lakeflow runs as root; the cluster itself is private.
-	if err := os.MkdirAll(filepath.Dir(cfg.Dir), 0o755); err != nil {
-		return nil, fmt.Errorf("%w: create %s: %v", ErrEnvironment, filepath.Dir(cfg.Dir), err)
+	if err := os.MkdirAll(filepath.Dir(c.cfg.Dir), 0o755); err != nil {
+		return nil, fmt.Errorf("%w: create %s: %v", ErrEnvironment, filepath.Dir(c.cfg.Dir), err)
 	}
-	if err := os.Mkdir(cfg.Dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return nil, fmt.Errorf("%w: create %s: %v", ErrEnvironment, cfg.Dir, err)
-	}
-	if c.owner != nil {
-		if err := c.checkReachable(); err != nil {
-			return nil, err
-		}
+	if err := os.Mkdir(c.cfg.Dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("%w: create %s: %v", ErrEnvironment, c.cfg.Dir, err)
 	}
 	if _, err := os.Stat(filepath.Join(c.dataDir(), "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
 		if err := c.initdb(ctx); err != nil {
@@ -83,7 +89,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *slog.Logger) (*Cl
 	}
 	pw, err := os.ReadFile(c.passwordFile())
 	if err != nil {
-		return nil, fmt.Errorf("%w: read cluster password: %v (remove %s to re-create the cluster)", ErrEnvironment, err, cfg.Dir)
+		return nil, fmt.Errorf("%w: read cluster password: %v (remove %s to re-create the cluster)", ErrEnvironment, err, c.cfg.Dir)
 	}
 	c.password = strings.TrimSpace(string(pw))
 	if c.run(ctx, "pg_ctl", "status", "-D", c.dataDir()) == nil {
@@ -92,11 +98,11 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *slog.Logger) (*Cl
 			return nil, err
 		}
 	}
-	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories=''", cfg.Port)
+	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories=''", c.cfg.Port)
 	if err := c.run(ctx, "pg_ctl", "start", "-w", "-t", "60", "-D", c.dataDir(), "-l", c.logFile(), "-o", opts); err != nil {
-		return nil, fmt.Errorf("%w: start postgres on 127.0.0.1:%d: %v%s", ErrEnvironment, cfg.Port, err, c.logTail())
+		return nil, fmt.Errorf("%w: start postgres on 127.0.0.1:%d: %v%s", ErrEnvironment, c.cfg.Port, err, c.logTail())
 	}
-	log.Info("postgres started", "dir", c.dataDir(), "port", cfg.Port)
+	log.Info("postgres started", "dir", c.dataDir(), "port", c.cfg.Port)
 	return c, nil
 }
 
@@ -251,8 +257,17 @@ func postgresUser() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
-// checkReachable makes sure the postgres user can traverse every parent of
-// the cluster directory; PostgreSQL's own error for this is obscure.
+// fallbackDir is where a cluster goes when the postgres user cannot reach
+// the configured place: /var/tmp survives reboots, and the name is stable
+// for a given data_dir.
+func fallbackDir(dir string) string {
+	sum := sha256.Sum256([]byte(dir))
+	return filepath.Join("/var/tmp", "lakeflow-"+hex.EncodeToString(sum[:6]), "pg")
+}
+
+// checkReachable makes sure the postgres user can traverse every existing
+// parent of the cluster directory; PostgreSQL's own error for this is
+// obscure.
 func (c *Cluster) checkReachable() error {
 	dir, err := filepath.Abs(c.cfg.Dir)
 	if err != nil {
@@ -260,6 +275,12 @@ func (c *Cluster) checkReachable() error {
 	}
 	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
 		st, err := os.Stat(p)
+		if errors.Is(err, os.ErrNotExist) {
+			if p == "/" {
+				return nil
+			}
+			continue // created below, traversable
+		}
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrEnvironment, err)
 		}

@@ -77,6 +77,8 @@ func (d *Decoder) Decode(data []byte, lsn change.LSN) (Result, error) {
 	switch data[0] {
 	case 'I', 'U', 'D':
 		return d.decodeRow(data, lsn)
+	case 'T':
+		return d.decodeTruncate(data, lsn)
 	case 'B':
 		if len(data) < 21 {
 			return Result{}, errors.New("short Begin message")
@@ -88,7 +90,7 @@ func (d *Decoder) Decode(data []byte, lsn change.LSN) (Result, error) {
 		d.ord = 0
 		return Result{Kind: ResultBegin}, nil
 	}
-	msg, err := pglogrepl.Parse(data)
+	msg, err := parse(data)
 	if err != nil {
 		return Result{}, fmt.Errorf("parse pgoutput %q message: %w", data[0], err)
 	}
@@ -101,20 +103,21 @@ func (d *Decoder) Decode(data []byte, lsn change.LSN) (Result, error) {
 		return Result{Kind: ResultCommit, End: change.LSN(m.TransactionEndLSN)}, nil
 	case *pglogrepl.RelationMessage:
 		return Result{Kind: ResultRelation, Relation: m}, nil
-	case *pglogrepl.TruncateMessage:
-		d.events = d.events[:0]
-		for _, rel := range m.RelationIDs {
-			t, err := d.table(rel)
-			if err != nil {
-				return Result{}, err
-			}
-			d.events = append(d.events, d.event(t, change.OpTruncate, lsn))
-		}
-		return Result{Kind: ResultRows, Events: d.events}, nil
 	case *pglogrepl.LogicalDecodingMessage:
 		return Result{Kind: ResultMessage, Message: m}, nil
 	}
 	return Result{Kind: ResultOther}, nil
+}
+
+// parse wraps pglogrepl.Parse, whose decoders index into the message
+// without bounds checks: a malformed message must be an error, not a crash.
+func parse(data []byte) (msg pglogrepl.Message, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg, err = nil, fmt.Errorf("malformed message: %v", r)
+		}
+	}()
+	return pglogrepl.Parse(data)
 }
 
 func (d *Decoder) table(rel uint32) (*change.Table, error) {
@@ -134,6 +137,29 @@ func (d *Decoder) event(t *change.Table, op change.Op, lsn change.LSN) change.Ev
 		Table: t, Op: op, LSN: lsn, TxID: d.xid, Commit: d.commit,
 		Pos: change.Position{Seq: d.seq, Ord: d.ord}, Snapshot: change.SnapshotNone,
 	}
+}
+
+// decodeTruncate decodes a Truncate: one event per truncated relation.
+// (pglogrepl allocates the relation list from the count in the message
+// before checking it against the message length.)
+func (d *Decoder) decodeTruncate(data []byte, lsn change.LSN) (Result, error) {
+	if len(data) < 6 {
+		return Result{}, errors.New("short Truncate message")
+	}
+	n := int(binary.BigEndian.Uint32(data[1:]))
+	rels := data[6:]
+	if len(rels) != 4*n {
+		return Result{}, fmt.Errorf("Truncate message names %d relations in %d bytes", n, len(rels))
+	}
+	d.events = d.events[:0]
+	for i := 0; i < n; i++ {
+		t, err := d.table(binary.BigEndian.Uint32(rels[4*i:]))
+		if err != nil {
+			return Result{}, err
+		}
+		d.events = append(d.events, d.event(t, change.OpTruncate, lsn))
+	}
+	return Result{Kind: ResultRows, Events: d.events}, nil
 }
 
 // decodeRow decodes Insert, Update and Delete without copying values: the

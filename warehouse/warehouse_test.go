@@ -1,0 +1,216 @@
+package warehouse
+
+import (
+	"context"
+	"database/sql"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/lake"
+)
+
+const topic = "lf.public.acct"
+
+var acct = &change.Table{Schema: "public", Name: "acct", Columns: []change.Column{
+	{Name: "id", Type: change.Type{Kind: change.KindInt4, Name: "integer"}, Key: true},
+	{Name: "name", Type: change.Type{Kind: change.KindText, Name: "text"}},
+	{Name: "span", Type: change.Type{Kind: change.KindInterval, Name: "interval"}},
+}}
+
+// fixture builds envelopes the way the producer does.
+type fixture struct {
+	t      *testing.T
+	dir    string
+	wh     *Warehouse
+	offset int64
+}
+
+func newFixture(t *testing.T) *fixture {
+	f := &fixture{t: t, dir: t.TempDir()}
+	f.open()
+	return f
+}
+
+func (f *fixture) open() {
+	lk, err := lake.Open(filepath.Join(f.dir, "lake"))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.wh, err = Open(context.Background(), filepath.Join(f.dir, "w.duckdb"), lk, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := f.wh.EnsureTable(context.Background(), topic, acct); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) close() {
+	if err := f.wh.Close(); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// rec encodes one event at (seq, ord); vals are id, name, span (PostgreSQL
+// text, "" = NULL).
+func (f *fixture) rec(op change.Op, seq, ord int, vals ...string) Record {
+	f.t.Helper()
+	row := func() []change.Datum {
+		out := make([]change.Datum, len(vals))
+		for i, v := range vals {
+			out[i] = change.Datum{Null: v == "", Text: []byte(v)}
+		}
+		return out
+	}
+	ev := change.Event{Table: acct, Op: op, Pos: change.Position{Seq: change.LSN(seq), Ord: uint32(ord)},
+		LSN: change.LSN(seq), Commit: 1709251199000000 + int64(seq), Snapshot: change.SnapshotNone}
+	switch op {
+	case change.OpDelete:
+		ev.Before = row()
+	case change.OpTruncate:
+	default:
+		ev.After = row()
+	}
+	env := change.Envelope{Name: "lf", Database: "db"}
+	val, err := env.AppendValue(nil, &ev, 0)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	r := Record{Topic: topic, Partition: 0, Offset: f.offset, Value: val}
+	f.offset++
+	return r
+}
+
+func (f *fixture) apply(recs ...Record) BatchStats {
+	f.t.Helper()
+	st, err := f.wh.Apply(context.Background(), recs)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return st
+}
+
+// silver renders silver.acct as "id name span deleted seq/ord" lines.
+func (f *fixture) silver() string {
+	f.t.Helper()
+	rows, err := f.wh.conn.QueryContext(context.Background(),
+		`SELECT id, coalesce(name, '∅'), coalesce(span::VARCHAR, '∅'), _deleted, _cdc_seq, _cdc_ord FROM silver.acct ORDER BY id`)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id, seq, ord int
+		var name, span string
+		var del bool
+		if err := rows.Scan(&id, &name, &span, &del, &seq, &ord); err != nil {
+			f.t.Fatal(err)
+		}
+		line := strings.Join([]string{itoa(int64(id)), name, span}, " ")
+		if del {
+			line += " deleted"
+		}
+		out = append(out, line+" @"+itoa(int64(seq))+"/"+itoa(int64(ord)))
+	}
+	return strings.Join(out, "\n")
+}
+
+func (f *fixture) lakeEvents() int64 {
+	f.t.Helper()
+	var n int64
+	err := f.wh.conn.QueryRowContext(context.Background(), "SELECT count(*) FROM read_parquet(?)",
+		filepath.Join(f.dir, "lake", "acct", "*", "*.parquet")).Scan(&n)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return n
+}
+
+func expect(t *testing.T, got, want string) {
+	t.Helper()
+	if got != strings.TrimSpace(want) {
+		t.Fatalf("silver.acct:\n%s\nwant:\n%s", got, strings.TrimSpace(want))
+	}
+}
+
+func TestApplyKeepsNewestChangePerKey(t *testing.T) {
+	f := newFixture(t)
+	batch := []Record{
+		f.rec(change.OpCreate, 100, 1, "1", "a", "P1D"),
+		f.rec(change.OpCreate, 100, 2, "2", "b", ""),
+		f.rec(change.OpUpdate, 200, 1, "1", "a2", "P1D"),
+		f.rec(change.OpUpdate, 200, 2, "1", "a3", "PT24H"),
+		f.rec(change.OpDelete, 300, 1, "2", "b", ""),
+	}
+	f.apply(batch...)
+	want := `
+1 a3 24:00:00 @200/2
+2 b ∅ deleted @300/1`
+	expect(t, f.silver(), want)
+
+	// Replaying the batch, and an older change of a key, change nothing;
+	// the replayed events are not written to the lake again.
+	events := f.lakeEvents()
+	f.apply(batch...)
+	f.apply(f.rec(change.OpUpdate, 150, 1, "1", "stale", ""))
+	expect(t, f.silver(), want)
+	if got := f.lakeEvents(); got != events+1 {
+		t.Fatalf("lake has %d events, want %d (the replay must not be written twice)", got, events+1)
+	}
+
+	// A re-insert of a deleted key revives it; a truncate soft-deletes
+	// every row older than it, not the rows after it.
+	f.apply(
+		f.rec(change.OpCreate, 400, 1, "2", "b again", "P-1Y-2M3DT-4H"),
+		f.rec(change.OpTruncate, 500, 1),
+		f.rec(change.OpCreate, 500, 2, "3", "after truncate", ""),
+	)
+	expect(t, f.silver(), `
+1 a3 24:00:00 deleted @500/1
+2 b again -1 year -2 months 3 days -04:00:00 deleted @500/1
+3 after truncate ∅ @500/2`)
+}
+
+func TestOpenFinishesInterruptedBatches(t *testing.T) {
+	f := newFixture(t)
+	f.apply(f.rec(change.OpCreate, 100, 1, "1", "a", ""))
+	f.close()
+	lk, _ := lake.Open(filepath.Join(f.dir, "lake"))
+	// A batch that committed but whose file was not yet renamed, and a
+	// batch that never committed.
+	committed := lk.NewFile("acct", "2024-02-29", 0, 0, 0)
+	var path string
+	db, err := sql.Open("duckdb", filepath.Join(f.dir, "w.duckdb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow("SELECT path FROM lakeflow.lake_files").Scan(&path); err != nil || path != committed.Path {
+		t.Fatalf("lake_files has %q (%v), want %q", path, err, committed.Path)
+	}
+	db.Close()
+	final := filepath.Join(f.dir, "lake", committed.Path)
+	if err := os.Rename(final, committed.Staging); err != nil {
+		t.Fatal(err)
+	}
+	orphan := lk.NewFile("acct", "2024-02-29", 0, 1, 1)
+	if err := os.WriteFile(orphan.Staging, []byte("torn"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.open()
+	defer f.close()
+	if _, err := os.Stat(final); err != nil {
+		t.Fatalf("committed file not published: %v", err)
+	}
+	if _, err := os.Stat(orphan.Staging); !os.IsNotExist(err) {
+		t.Fatalf("uncommitted staging file left behind: %v", err)
+	}
+	if n := f.lakeEvents(); n != 1 {
+		t.Fatalf("lake has %d events, want 1", n)
+	}
+}
