@@ -105,7 +105,7 @@ func TestDecodeTransaction(t *testing.T) {
 
 func TestDecodeRefusesWhatItCannotRepresent(t *testing.T) {
 	for name, msg := range map[string][]byte{
-		"toast without old row": rowMsg('U', 7, []byte{'N'}, tuple("1", "b", "\x01")),
+		"toast without old row":  rowMsg('U', 7, []byte{'N'}, tuple("1", "b", "\x01")),
 		"update without old row": rowMsg('U', 7, []byte{'N'}, tuple("1", "b", "c")),
 		"delete with key only":   rowMsg('D', 7, []byte{'K'}, tuple("1", "\x00", "\x00")),
 	} {
