@@ -94,10 +94,11 @@ func runCommand() *cli.Command {
 				w := demo.Workload{Events: c.Int("demo-events"), Seed: 1}
 				opts.Prepare = demo.Setup
 				opts.Workload = func(ctx context.Context, dsn string) error {
-					if err := w.Run(ctx, dsn); err != nil {
+					done, err := w.Run(ctx, dsn)
+					if err != nil {
 						return err
 					}
-					log.Info("demo workload done", "changes", w.Events)
+					log.Info("demo workload done", "changes", done.Changes, "transactions", done.Transactions)
 					return nil
 				}
 			}

@@ -87,7 +87,10 @@ func TestKillNineAndReplay(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 
 	workload := make(chan error, 1)
-	go func() { workload <- demo.Workload{Events: 20000, Seed: seed}.Run(ctx, h.dsn) }()
+	go func() {
+		_, err := demo.Workload{Events: 20000, Seed: seed}.Run(ctx, h.dsn)
+		workload <- err
+	}()
 	for kills := 0; kills < 3; kills++ {
 		p := start(t, h, "run", "--follow")
 		p.waitBatches(t, 1)

@@ -36,7 +36,8 @@ func TestEndToEnd(t *testing.T) {
 		if err := typedChanges(ctx, dsn); err != nil {
 			return err
 		}
-		return demo.Workload{Events: 21000, Seed: 7}.Run(ctx, dsn)
+		_, err := demo.Workload{Events: 21000, Seed: 7}.Run(ctx, dsn)
+		return err
 	}})
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, allTables...)
 	first := lakeCounts(t, h.cfg)

@@ -56,7 +56,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	if err != nil {
 		return err
 	}
-	wh, err := warehouse.Open(ctx, cfg.Warehouse.Path, lk, log)
+	wh, err := warehouse.Open(ctx, cfg.Warehouse, lk, log)
 	if err != nil {
 		return err
 	}

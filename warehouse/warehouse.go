@@ -17,6 +17,7 @@ import (
 	_ "github.com/duckdb/duckdb-go/v2" // the DuckDB database/sql driver
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/lake"
 )
@@ -77,9 +78,10 @@ CREATE TABLE IF NOT EXISTS lakeflow.lake_files (
 );
 `
 
-// Open opens (creating if needed) the warehouse at path, finishes any lake
-// publication a crash interrupted, and loads the table registry.
-func Open(ctx context.Context, path string, lk *lake.Lake, log *slog.Logger) (*Warehouse, error) {
+// Open opens (creating if needed) the warehouse at cfg.Path, finishes any
+// lake publication a crash interrupted, and loads the table registry.
+func Open(ctx context.Context, cfg config.Warehouse, lk *lake.Lake, log *slog.Logger) (*Warehouse, error) {
+	path := cfg.Path
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("%w: create %s: %v", fault.ErrEnvironment, filepath.Dir(path), err)
 	}
@@ -94,7 +96,7 @@ func Open(ctx context.Context, path string, lk *lake.Lake, log *slog.Logger) (*W
 	}
 	w := &Warehouse{path: path, db: db, conn: conn, lake: lk, log: log,
 		tables: map[string]*table{}, lakeHigh: map[string]map[int32]int64{}}
-	if err := w.init(ctx); err != nil {
+	if err := w.init(ctx, cfg.MemoryLimit); err != nil {
 		w.Close()
 		return nil, err
 	}
@@ -109,9 +111,14 @@ func openError(path string, err error) error {
 	return fmt.Errorf("%w: open warehouse %s: %v", fault.ErrEnvironment, path, err)
 }
 
-func (w *Warehouse) init(ctx context.Context) error {
+func (w *Warehouse) init(ctx context.Context, memoryLimit int64) error {
+	// Without a limit DuckDB may take 80% of the machine's memory.
+	if memoryLimit == 0 {
+		memoryLimit = 1 << 30
+	}
 	for _, stmt := range []string{
 		"SET TimeZone = 'UTC'",
+		fmt.Sprintf("SET memory_limit = '%dMB'", max(memoryLimit>>20, 64)),
 		bootstrap,
 		intervalMacro,
 		"CREATE OR REPLACE TEMP TABLE lakeflow_stage (tbl INTEGER, kafka_partition INTEGER, kafka_offset BIGINT, v VARCHAR)",

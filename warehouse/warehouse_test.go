@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/lake"
 )
 
@@ -41,7 +42,7 @@ func (f *fixture) open() {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	f.wh, err = Open(context.Background(), filepath.Join(f.dir, "w.duckdb"), lk, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	f.wh, err = Open(context.Background(), config.Warehouse{Path: filepath.Join(f.dir, "w.duckdb")}, lk, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -81,6 +81,8 @@ type Lake struct {
 // Warehouse is the DuckDB file.
 type Warehouse struct {
 	Path string
+	// MemoryLimit caps DuckDB's memory; it spills beyond it.
+	MemoryLimit int64
 }
 
 // Pipeline holds the batching limits; a batch closes at whichever limit is

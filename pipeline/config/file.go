@@ -47,7 +47,8 @@ type lakeFile struct {
 }
 
 type warehouseFile struct {
-	Path string `toml:"path"`
+	Path        string `toml:"path"`
+	MemoryLimit string `toml:"memory_limit"`
 }
 
 type pipelineFile struct {
@@ -79,8 +80,9 @@ func defaults() file {
 			Retention:      "168h",
 			RetentionBytes: "1GiB",
 		},
+		Warehouse: warehouseFile{MemoryLimit: "1GiB"},
 		Pipeline: pipelineFile{
-			BatchEvents:   50000,
+			BatchEvents:   20000,
 			BatchBytes:    "64MiB",
 			BatchInterval: "1s",
 		},
@@ -239,6 +241,7 @@ func (f file) resolve(base string) (*Config, []string) {
 	if f.Warehouse.Path != "" {
 		c.Warehouse.Path = abs("warehouse.path", f.Warehouse.Path)
 	}
+	c.Warehouse.MemoryLimit = size("warehouse.memory_limit", f.Warehouse.MemoryLimit)
 
 	p := f.Pipeline
 	c.Pipeline = Pipeline{

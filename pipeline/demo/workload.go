@@ -21,31 +21,45 @@ type Workload struct {
 	ActionsPerTxn int
 }
 
+// Done counts what a workload made.
+type Done struct {
+	Changes      int // row changes
+	Transactions int
+}
+
 // Run makes w.Events row changes against the demo schema at dsn.
-func (w Workload) Run(ctx context.Context, dsn string) error {
+func (w Workload) Run(ctx context.Context, dsn string) (Done, error) {
+	var done Done
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		return fmt.Errorf("%w: demo: connect to source: %v", fault.ErrUnavailable, err)
+		return done, fmt.Errorf("%w: demo: connect to source: %v", fault.ErrUnavailable, err)
 	}
 	defer conn.Close(context.Background())
 	s := newShop(w.Seed)
 	if err := s.load(ctx, conn); err != nil {
-		return fmt.Errorf("demo: read current shop: %w", err)
+		return done, fmt.Errorf("demo: read current shop: %w", err)
 	}
 	per := max(w.ActionsPerTxn, 1)
 	for s.changes < w.Events {
 		b := &pgx.Batch{}
+		before := s.changes
 		for i := 0; i < per && s.changes < w.Events; i++ {
-			s.act(b)
+			if w.Events-s.changes < 8 && len(s.customers) > 0 {
+				s.updateCustomer(b) // one change at a time: end on the exact count
+			} else {
+				s.act(b)
+			}
 		}
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return done, ctx.Err()
 			}
-			return fmt.Errorf("demo: workload transaction: %w", err)
+			return done, fmt.Errorf("demo: workload transaction: %w", err)
 		}
+		done.Changes += s.changes - before
+		done.Transactions++
 	}
-	return nil
+	return done, nil
 }
 
 type order struct {

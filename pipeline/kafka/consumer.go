@@ -26,9 +26,10 @@ type Consumer struct {
 // NewConsumer connects to the brokers.
 func NewConsumer(cfg Config) (*Consumer, error) {
 	cl, err := newClient(cfg.Brokers,
-		kgo.FetchMaxBytes(64<<20),
-		kgo.FetchMaxPartitionBytes(32<<20),
+		kgo.FetchMaxBytes(16<<20),
+		kgo.FetchMaxPartitionBytes(8<<20),
 		kgo.FetchMaxWait(200*time.Millisecond),
+		kgo.MaxConcurrentFetches(1),
 	)
 	if err != nil {
 		return nil, err

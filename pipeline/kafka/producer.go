@@ -84,8 +84,8 @@ func NewProducer(cfg Config, log *slog.Logger) (*Producer, error) {
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerBatchCompression(kgo.Lz4Compression()),
 		kgo.ProducerBatchMaxBytes(MaxMessageBytes),
-		kgo.MaxBufferedRecords(100000),
-		kgo.MaxBufferedBytes(256<<20),
+		kgo.MaxBufferedRecords(20000),
+		kgo.MaxBufferedBytes(64<<20),
 		kgo.RecordDeliveryTimeout(deliveryTimeout),
 		kgo.ProducerLinger(5*time.Millisecond),
 	)

@@ -110,7 +110,12 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *slog.Logger) (*Cl
 // else the newest /usr/lib/postgresql/*/bin.
 func FindBinaries() (string, error) {
 	if p, err := exec.LookPath("pg_ctl"); err == nil {
-		if _, err := exec.LookPath("initdb"); err == nil {
+		// PATH may hold symlinks into the real bin directory, which also
+		// has the other server programs.
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
+		}
+		if _, err := os.Stat(filepath.Join(filepath.Dir(p), "initdb")); err == nil {
 			return filepath.Dir(p), nil
 		}
 	}
