@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -119,12 +120,27 @@ func setup(c *cli.Context) (*config.Config, *slog.Logger, error) {
 	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 		return nil, nil, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", fault.ErrConfig, c.String("log-level"))
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	var out io.Writer = os.Stderr
+	if isTerminal(os.Stderr) {
+		out = lineClearing{os.Stderr} // log lines go above the progress line
+	}
+	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
 	cfg, err := config.Load(c.String("config"), os.Environ())
 	if err != nil {
 		return nil, nil, err
 	}
 	return cfg, log, nil
+}
+
+// lineClearing erases the progress line before each log record; the next
+// progress tick redraws it.
+type lineClearing struct{ w io.Writer }
+
+func (l lineClearing) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(l.w, "\r\033[K"); err != nil {
+		return 0, err
+	}
+	return l.w.Write(p)
 }
 
 func isTerminal(f *os.File) bool {
