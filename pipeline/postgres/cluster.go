@@ -98,12 +98,20 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *slog.Logger) (*Cl
 			return nil, err
 		}
 	}
+	if err := c.Start(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Start starts the (initialised, stopped) cluster.
+func (c *Cluster) Start(ctx context.Context) error {
 	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories=''", c.cfg.Port)
 	if err := c.run(ctx, "pg_ctl", "start", "-w", "-t", "60", "-D", c.dataDir(), "-l", c.logFile(), "-o", opts); err != nil {
-		return nil, fmt.Errorf("%w: start postgres on 127.0.0.1:%d: %v%s", ErrEnvironment, c.cfg.Port, err, c.logTail())
+		return fmt.Errorf("%w: start postgres on 127.0.0.1:%d: %v%s", ErrEnvironment, c.cfg.Port, err, c.logTail())
 	}
-	log.Info("postgres started", "dir", c.dataDir(), "port", c.cfg.Port)
-	return c, nil
+	c.log.Info("postgres started", "dir", c.dataDir(), "port", c.cfg.Port)
+	return nil
 }
 
 // FindBinaries returns the directory holding initdb and pg_ctl: from PATH,

@@ -61,6 +61,14 @@ func (s *Server) Stop() {
 	os.RemoveAll(s.dir)
 }
 
+// Restart stops and starts the cluster (fast shutdown: sessions end).
+func (s *Server) Restart() error {
+	if err := s.cluster.Stop(); err != nil {
+		return err
+	}
+	return s.cluster.Start(context.Background())
+}
+
 // Cluster is the underlying cluster.
 func (s *Server) Cluster() *postgres.Cluster { return s.cluster }
 

@@ -1,0 +1,185 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/pipeline/postgres"
+	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
+)
+
+// running is a source running in the background.
+type running struct {
+	done   chan struct{} // closed when Run returned
+	err    error
+	cancel context.CancelFunc
+}
+
+// follow runs a source until the test ends.
+func follow(t *testing.T, dsn string, sink *memSink, tables ...string) *running {
+	t.Helper()
+	var cts []config.Table
+	for _, tb := range tables {
+		cts = append(cts, config.Table{Schema: "public", Name: tb})
+	}
+	src := postgres.NewSource(postgres.SourceConfig{
+		DSN: dsn, Tables: cts, Slot: "s", Publication: "p", Heartbeat: 100 * time.Millisecond,
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{done: make(chan struct{}), cancel: cancel}
+	go func() {
+		r.err = src.Run(ctx, sink, sink, nil)
+		close(r.done)
+	}()
+	t.Cleanup(func() { cancel(); <-r.done })
+	select {
+	case <-src.Streaming():
+	case <-r.done:
+		t.Fatalf("source stopped before streaming: %v", r.err)
+	}
+	return r
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func query[T any](t *testing.T, dsn, sql string, args ...any) T {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var v T
+	if err := conn.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
+// ids returns the first column of every event of table seen so far.
+func (s *memSink) ids(table string) map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]bool{}
+	for _, ev := range s.events {
+		if ev.Table.Name == table && ev.Image() != nil {
+			out[string(ev.Image()[0].Text)] = true
+		}
+	}
+	return out
+}
+
+func TestHeartbeatAdvancesSlotWhileCapturedTablesIdle(t *testing.T) {
+	dsn := pg.NewDatabase(t)
+	pgtest.Exec(t, dsn,
+		"CREATE TABLE captured (id int PRIMARY KEY)", "ALTER TABLE captured REPLICA IDENTITY FULL",
+		"CREATE TABLE busy (id serial PRIMARY KEY, pad text)")
+	follow(t, dsn, &memSink{}, "captured")
+	pgtest.Exec(t, dsn, "INSERT INTO busy (pad) SELECT repeat('x', 500) FROM generate_series(1, 20000)")
+	end := query[string](t, dsn, "SELECT pg_current_wal_lsn()::text")
+	waitFor(t, "confirmed_flush_lsn to pass the busy table's writes", func() bool {
+		return query[bool](t, dsn, "SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = 's'", end)
+	})
+}
+
+func TestReconnectsWhenPostgresRestarts(t *testing.T) {
+	dsn := pg.NewDatabase(t)
+	pgtest.Exec(t, dsn, "CREATE TABLE t (id int PRIMARY KEY)", "ALTER TABLE t REPLICA IDENTITY FULL")
+	sink := &memSink{}
+	r := follow(t, dsn, sink, "t")
+	pgtest.Exec(t, dsn, "INSERT INTO t SELECT generate_series(1, 10)")
+	waitFor(t, "the first rows", func() bool { return len(sink.ids("t")) == 10 })
+	if err := pg.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, dsn, "INSERT INTO t SELECT generate_series(11, 20)")
+	waitFor(t, "rows written after the restart", func() bool { return len(sink.ids("t")) == 20 })
+	select {
+	case <-r.done:
+		t.Fatalf("source stopped: %v", r.err)
+	default:
+	}
+}
+
+func TestSchemaChanges(t *testing.T) {
+	dsn := pg.NewDatabase(t)
+	pgtest.Exec(t, dsn, "CREATE TABLE t (id int PRIMARY KEY, a text)", "ALTER TABLE t REPLICA IDENTITY FULL")
+	sink := &memSink{}
+	r := follow(t, dsn, sink, "t")
+
+	// Additive: the new schema is recorded before the first event using it.
+	pgtest.Exec(t, dsn, "ALTER TABLE t ADD COLUMN b numeric(10,2) DEFAULT 7", "INSERT INTO t VALUES (1, 'x', 1.5)")
+	waitFor(t, "the insert after ADD COLUMN", func() bool { return sink.ids("t")["1"] })
+	sink.mu.Lock()
+	last := sink.schemas[len(sink.schemas)-1]
+	ev := sink.events[len(sink.events)-1]
+	sink.mu.Unlock()
+	if len(last.Columns) != 3 || last.Columns[2].Type.Precision != 10 || len(ev.After) != 3 || string(ev.After[2].Text) != "1.50" {
+		t.Fatalf("after ADD COLUMN: schema %s, event %d values", last.Describe(), len(ev.After))
+	}
+
+	// Breaking: ingestion stops before the change that needs the new
+	// layout, and the slot does not move past it.
+	pgtest.Exec(t, dsn, "ALTER TABLE t DROP COLUMN a", "INSERT INTO t VALUES (2, 2.5)")
+	commit := query[string](t, dsn, "SELECT pg_current_wal_lsn()::text")
+	select {
+	case <-r.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("source did not stop on a dropped column")
+	}
+	err := r.err
+	if !errors.Is(err, fault.ErrSchemaBreak) || !strings.Contains(err.Error(), "column a was dropped") {
+		t.Fatalf("want a breaking-change error naming column a, got %v", err)
+	}
+	if sink.ids("t")["2"] {
+		t.Fatal("the change after the breaking change was delivered")
+	}
+	if query[bool](t, dsn, "SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = 's'", commit) {
+		t.Fatal("the slot advanced past the breaking change")
+	}
+}
+
+func TestPreflightSaysWhatToRun(t *testing.T) {
+	dsn := pg.NewDatabase(t)
+	pgtest.Exec(t, dsn,
+		"CREATE TABLE nokey (a int)", "ALTER TABLE nokey REPLICA IDENTITY FULL",
+		"CREATE TABLE partial (id int PRIMARY KEY)",
+		"DROP ROLE IF EXISTS reader", "CREATE ROLE reader LOGIN PASSWORD 'pw'")
+	err := drain(t, dsn, &memSink{}, "nokey", "partial", "missing")
+	for _, want := range []string{
+		"table public.nokey has no primary key",
+		"run ALTER TABLE public.partial REPLICA IDENTITY FULL",
+		"table public.missing does not exist",
+	} {
+		if !errors.Is(err, fault.ErrSource) || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not say %q", err, want)
+		}
+	}
+	cfg, _ := pgx.ParseConfig(dsn)
+	readerDSN := fmt.Sprintf("postgres://reader:pw@%s:%d/%s?sslmode=disable", cfg.Host, cfg.Port, cfg.Database)
+	pgtest.Exec(t, dsn, "CREATE TABLE ok (id int PRIMARY KEY)", "ALTER TABLE ok REPLICA IDENTITY FULL")
+	err = drain(t, readerDSN, &memSink{}, "ok")
+	if !errors.Is(err, fault.ErrSource) || !strings.Contains(err.Error(), `run ALTER ROLE "reader" REPLICATION`) {
+		t.Errorf("want the replication privilege named, got %v", err)
+	}
+}
