@@ -1,0 +1,90 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/demo"
+	"github.com/lakeflow/lakeflow/pipeline/postgres"
+	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
+)
+
+// TestInterruptFinishesTheBatchAndExitsZero sends SIGINT to `lakeflow run
+// --follow` while changes flow: it must exit 0, and a later run must find
+// everything consistent.
+func TestInterruptFinishesTheBatchAndExitsZero(t *testing.T) {
+	lakeflowBinary(t)
+	h := newHarness(t, qualified(demoTables)...)
+	ctx := context.Background()
+	if err := demo.Setup(ctx, h.dsn); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, h, "run", "--follow")
+	p.waitBatches(t, 1)
+	if _, err := (demo.Workload{Events: 3000, Seed: 5}).Run(ctx, h.dsn); err != nil {
+		t.Fatal(err)
+	}
+	p.waitBatches(t, 1)
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Fatalf("lakeflow run --follow after SIGINT: %v, want exit 0", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("lakeflow did not stop within a minute of SIGINT")
+	}
+	if !strings.Contains(h.logs.String(), `msg=stopped`) {
+		t.Fatal("no clean stop logged")
+	}
+	h.run(t, Options{})
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, demoTables...)
+	assertLakeExactlyOnce(t, h.cfg, demoTables...)
+}
+
+// TestDemoOnEmbeddedDefaults runs the README's demo command with only the
+// ports and directory changed: embedded PostgreSQL, embedded Kafka.
+func TestDemoOnEmbeddedDefaults(t *testing.T) {
+	bin := lakeflowBinary(t)
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755) // the embedded server may run as the postgres user
+	pgPort, _ := pgtest.FreePort()
+	kafkaPort, _ := pgtest.FreePort()
+	file := filepath.Join(dir, "lakeflow.toml")
+	toml := fmt.Sprintf("[source]\nport = %d\n[kafka]\nlisten = \"127.0.0.1:%d\"\n", pgPort, kafkaPort)
+	if err := os.WriteFile(file, []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--config", file, "run", "--demo", "--demo-events", "3000")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("lakeflow run --demo: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "The demo is in") {
+		t.Fatalf("no next steps printed:\n%s", out)
+	}
+	cfg, err := config.Load(file, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The run stopped its PostgreSQL; start it again to compare.
+	cl, err := postgres.StartCluster(context.Background(), postgres.ClusterConfig{Dir: cfg.Source.Embedded.Dir, Port: pgPort},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Stop()
+	assertSilverEqualsSource(t, cl.DSN(cfg.Source.Embedded.Database), cfg.Warehouse.Path, demoTables...)
+}
