@@ -21,7 +21,13 @@ const slotCreateTimeout = 2 * time.Minute
 // snapshot creates the slot and copies every table inside the snapshot the
 // slot exports, so snapshot plus stream is exactly the database: no gap,
 // no overlap. Snapshot rows carry (consistent point, 0).
-func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, sink Sink, store StateStore, schemas map[string]*change.Table) (*State, error) {
+//
+// A redo follows a snapshot that did not finish: the rows it delivered are
+// in Kafka, and a key among them may since have been deleted, which no
+// stream event will say. So each table first gets a truncate just before
+// the new consistent point: consumers drop what they knew, then take the
+// complete snapshot.
+func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, sink Sink, store StateStore, schemas map[string]*change.Table, redo bool) (*State, error) {
 	state := &State{Slot: s.cfg.Slot, Tables: s.tableNames()}
 	// Saved before the slot exists, so a crash right after creating it
 	// still leaves a record that the slot is ours to drop.
@@ -78,6 +84,13 @@ func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, sink Sink, store 
 		}
 		if err := s.publishSchema(ctx, sink, schemas, t, state.ConsistentPoint); err != nil {
 			return nil, err
+		}
+		if redo {
+			reset := change.Event{Table: t, Op: change.OpTruncate, LSN: state.ConsistentPoint, Commit: state.SnapshotTime,
+				Pos: change.Position{Seq: state.ConsistentPoint - 1, Ord: 1}, Snapshot: change.SnapshotNone}
+			if err := sink.Event(ctx, &reset); err != nil {
+				return nil, err
+			}
 		}
 		n, err := s.copyTable(ctx, tx, sink, t, state)
 		if err != nil {

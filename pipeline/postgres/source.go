@@ -131,13 +131,18 @@ func (s *Source) Run(ctx context.Context, sink Sink, store StateStore, drain <-c
 		return fmt.Errorf("%w: replication slot %s exists but lakeflow did not create it for these topics; drop it (SELECT pg_drop_replication_slot('%s')) or choose another source.slot",
 			fault.ErrSource, s.cfg.Slot, s.cfg.Slot)
 	default:
-		if slotExists {
+		// An earlier snapshot that did not finish may have delivered part
+		// of its rows; the new one starts by resetting every table.
+		redo := state != nil && state.Slot == s.cfg.Slot
+		if redo {
 			s.log.Warn("an earlier initial snapshot did not finish; starting it again", "slot", s.cfg.Slot)
+		}
+		if slotExists {
 			if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s.cfg.Slot); err != nil {
 				return fmt.Errorf("%w: drop unfinished slot %s: %v", fault.ErrSource, s.cfg.Slot, err)
 			}
 		}
-		if state, err = s.snapshot(ctx, conn, sink, store, schemas); err != nil {
+		if state, err = s.snapshot(ctx, conn, sink, store, schemas, redo); err != nil {
 			return err
 		}
 	}
