@@ -3,8 +3,6 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,8 +78,7 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The run stopped its PostgreSQL; start it again to compare.
-	cl, err := postgres.StartCluster(context.Background(), postgres.ClusterConfig{Dir: cfg.Source.Embedded.Dir, Port: pgPort},
-		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cl, err := postgres.StartCluster(context.Background(), postgres.ClusterConfig{Dir: cfg.Source.Embedded.Dir, Port: pgPort}, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}

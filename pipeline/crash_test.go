@@ -75,10 +75,11 @@ func (p *process) kill(t *testing.T) {
 // TestKillNineAndReplay kills `lakeflow run --follow` with SIGKILL at
 // random moments while the workload runs, restarts it each time, and
 // finally drains with `lakeflow run`: the warehouse must equal the source
-// and the lake must hold every event exactly once.
+// and the lake must hold every event exactly once. Topics have three
+// partitions, so per-partition positions and offsets are exercised.
 func TestKillNineAndReplay(t *testing.T) {
 	lakeflowBinary(t)
-	h := newHarness(t, qualified(demoTables)...)
+	h := newHarnessWith(t, "partitions = 3", qualified(demoTables)...)
 	ctx := context.Background()
 	if err := demo.Setup(ctx, h.dsn); err != nil {
 		t.Fatal(err)

@@ -95,6 +95,13 @@ func (s *syncBuffer) String() string {
 
 func newHarness(t *testing.T, tables ...string) *harness {
 	t.Helper()
+	return newHarnessWith(t, "", tables...)
+}
+
+// newHarnessWith adds extra TOML (under the [kafka] section) to the
+// harness's configuration.
+func newHarnessWith(t *testing.T, kafkaTOML string, tables ...string) *harness {
+	t.Helper()
 	h := &harness{dsn: pg.NewDatabase(t), dir: t.TempDir(), logs: &syncBuffer{}}
 	port, err := pgtest.FreePort()
 	if err != nil {
@@ -115,12 +122,13 @@ dsn = %q
 tables = [%s]
 slot = %q
 heartbeat = "1s"
-[kafka]
-listen = "127.0.0.1:%d"
 [pipeline]
 batch_events = 3000
 batch_interval = "200ms"
-`, h.dsn, strings.Join(quoted, ", "), "s_"+db, port)
+[kafka]
+listen = "127.0.0.1:%d"
+%s
+`, h.dsn, strings.Join(quoted, ", "), "s_"+db, port, kafkaTOML)
 	if err := os.WriteFile(h.file, []byte(toml), 0o644); err != nil {
 		t.Fatal(err)
 	}

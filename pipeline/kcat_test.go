@@ -17,13 +17,15 @@ import (
 // assertKcatReads reads a topic of the (stopped) pipeline with kcat, a
 // librdkafka client, and checks every record is a Debezium-style envelope
 // of that table.
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
 func assertKcatReads(t *testing.T, cfg *config.Config, table string, want int64) {
 	t.Helper()
 	kcat, err := exec.LookPath("kcat")
 	if err != nil {
 		t.Fatal("kcat not found: install it (apt-get install kcat), or run the tests with scripts/test")
 	}
-	b, err := kafka.StartBroker(cfg.Kafka.Dir, cfg.Kafka.Listen, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	b, err := kafka.StartBroker(cfg.Kafka.Dir, cfg.Kafka.Listen, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
