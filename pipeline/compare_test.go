@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )
 
 // sourceColumn is a column of a source table, as the oracle sees it.
@@ -90,11 +92,7 @@ func sourceColumns(t *testing.T, conn *pgx.Conn, table string) []sourceColumn {
 func assertSilverEqualsSource(t *testing.T, dsn, warehouse string, tables ...string) {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := pgtest.Connect(t, dsn)
 	db := openDuck(t, warehouse)
 	defer db.Close()
 	for _, table := range tables {
@@ -124,44 +122,34 @@ func assertSilverEqualsSource(t *testing.T, dsn, warehouse string, tables ...str
 			pgExprs = append(pgExprs, p)
 			duckExprs = append(duckExprs, d)
 		}
-		src := pgRows(t, conn, fmt.Sprintf("SELECT %s FROM %s", strings.Join(pgExprs, ", "), table), cols)
-		got := duckRows(t, db, fmt.Sprintf("SELECT %s FROM silver.%s WHERE NOT _deleted", strings.Join(duckExprs, ", "), table), cols)
+		pgQuery := fmt.Sprintf("SELECT %s FROM %s", strings.Join(pgExprs, ", "), table)
+		pgr, err := conn.Query(ctx, pgQuery)
+		if err != nil {
+			t.Fatalf("%s: %v", pgQuery, err)
+		}
+		src := collect(t, pgr, cols)
+		pgr.Close()
+		duckQuery := fmt.Sprintf("SELECT %s FROM silver.%s WHERE NOT _deleted", strings.Join(duckExprs, ", "), table)
+		dr, err := db.Query(duckQuery)
+		if err != nil {
+			t.Fatalf("%s: %v", duckQuery, err)
+		}
+		got := collect(t, dr, cols)
+		dr.Close()
 		diffRows(t, table, src, got)
 	}
 }
 
-func pgRows(t *testing.T, conn *pgx.Conn, query string, cols []sourceColumn) []string {
-	t.Helper()
-	rows, err := conn.Query(context.Background(), query)
-	if err != nil {
-		t.Fatalf("%s: %v", query, err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		vals := make([]*string, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
-		if err := rows.Scan(ptrs...); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, rowString(cols, vals))
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+// scanner is what pgx.Rows and *sql.Rows have in common.
+type scanner interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
 }
 
-func duckRows(t *testing.T, db *sql.DB, query string, cols []sourceColumn) []string {
+// collect renders every row as one canonical string.
+func collect(t *testing.T, rows scanner, cols []sourceColumn) []string {
 	t.Helper()
-	rows, err := db.Query(query)
-	if err != nil {
-		t.Fatalf("%s: %v", query, err)
-	}
-	defer rows.Close()
 	var out []string
 	for rows.Next() {
 		vals := make([]*string, len(cols))

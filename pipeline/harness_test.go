@@ -19,17 +19,7 @@ import (
 
 var pg *pgtest.Server
 
-func TestMain(m *testing.M) {
-	var err error
-	if pg, err = pgtest.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	pg.Stop()
-	binaryCleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgtest.Main(m, &pg, binaryCleanup) }
 
 var (
 	binaryOnce sync.Once

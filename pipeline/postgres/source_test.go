@@ -2,10 +2,8 @@ package postgres_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -18,16 +16,7 @@ import (
 
 var pg *pgtest.Server
 
-func TestMain(m *testing.M) {
-	var err error
-	if pg, err = pgtest.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	pg.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgtest.Main(m, &pg) }
 
 // memSink keeps everything in memory and acknowledges at once.
 type memSink struct {

@@ -124,19 +124,8 @@ func (s *Source) streamOnce(ctx context.Context, sink Sink, state *State, schema
 	}
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(statusInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopped:
-				return
-			case <-t.C:
-			case <-replyNow:
-			}
-			if err := sendStatus(); err != nil {
-				return // the reader sees the broken connection too
-			}
-		}
+		// On failure the reader sees the broken connection too.
+		every(statusInterval, replyNow, stopped, func() bool { return sendStatus() == nil })
 	}()
 	beats := s.heartbeat(ctx, stopped, &wg)
 
@@ -320,6 +309,24 @@ func (s *Source) read(repl *pgconn.PgConn, msgs chan<- walMsg, replyNow chan<- s
 	}
 }
 
+// every runs fn each interval and whenever wake fires, until stopped
+// closes or fn returns false.
+func every(interval time.Duration, wake <-chan struct{}, stopped <-chan struct{}, fn func() bool) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stopped:
+			return
+		case <-t.C:
+		case <-wake:
+		}
+		if !fn() {
+			return
+		}
+	}
+}
+
 // heartbeat writes a logical message every Heartbeat so the slot keeps
 // advancing while the captured tables are idle. It reports a failure once.
 func (s *Source) heartbeat(ctx context.Context, stopped <-chan struct{}, wg *sync.WaitGroup) <-chan error {
@@ -327,19 +334,14 @@ func (s *Source) heartbeat(ctx context.Context, stopped <-chan struct{}, wg *syn
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(s.cfg.Heartbeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopped:
-				return
-			case <-t.C:
-			}
-			if _, err := s.emit(ctx, heartbeatPrefix, ""); err != nil && ctx.Err() == nil {
+		every(s.cfg.Heartbeat, nil, stopped, func() bool {
+			_, err := s.emit(ctx, heartbeatPrefix, "")
+			if err != nil && ctx.Err() == nil {
 				errs <- err
-				return
+				return false
 			}
-		}
+			return true
+		})
 	}()
 	return errs
 }

@@ -62,13 +62,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func query[T any](t *testing.T, dsn, sql string, args ...any) T {
+func query[T any](t *testing.T, conn *pgx.Conn, sql string, args ...any) T {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
 	var v T
 	if err := conn.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
 		t.Fatalf("%s: %v", sql, err)
@@ -95,10 +90,11 @@ func TestHeartbeatAdvancesSlotWhileCapturedTablesIdle(t *testing.T) {
 		"CREATE TABLE captured (id int PRIMARY KEY)", "ALTER TABLE captured REPLICA IDENTITY FULL",
 		"CREATE TABLE busy (id serial PRIMARY KEY, pad text)")
 	follow(t, dsn, &memSink{}, "captured")
+	conn := pgtest.Connect(t, dsn)
 	pgtest.Exec(t, dsn, "INSERT INTO busy (pad) SELECT repeat('x', 500) FROM generate_series(1, 20000)")
-	end := query[string](t, dsn, "SELECT pg_current_wal_lsn()::text")
+	end := query[string](t, conn, "SELECT pg_current_wal_lsn()::text")
 	waitFor(t, "confirmed_flush_lsn to pass the busy table's writes", func() bool {
-		return query[bool](t, dsn, "SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = 's'", end)
+		return query[bool](t, conn, "SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = 's'", end)
 	})
 }
 
@@ -141,7 +137,8 @@ func TestSchemaChanges(t *testing.T) {
 	// Breaking: ingestion stops before the change that needs the new
 	// layout, and the slot does not move past it.
 	pgtest.Exec(t, dsn, "ALTER TABLE t DROP COLUMN a", "INSERT INTO t VALUES (2, 2.5)")
-	commit := query[string](t, dsn, "SELECT pg_current_wal_lsn()::text")
+	conn := pgtest.Connect(t, dsn)
+	commit := query[string](t, conn, "SELECT pg_current_wal_lsn()::text")
 	select {
 	case <-r.done:
 	case <-time.After(30 * time.Second):
@@ -154,7 +151,7 @@ func TestSchemaChanges(t *testing.T) {
 	if sink.ids("t")["2"] {
 		t.Fatal("the change after the breaking change was delivered")
 	}
-	if query[bool](t, dsn, "SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = 's'", commit) {
+	if query[bool](t, conn, "SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = 's'", commit) {
 		t.Fatal("the slot advanced past the breaking change")
 	}
 }

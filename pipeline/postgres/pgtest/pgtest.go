@@ -55,6 +55,23 @@ func Start() (*Server, error) {
 	return &Server{cluster: cl, dir: dir}, nil
 }
 
+// Main is a test package's TestMain: it starts the cluster into *srv,
+// runs the tests, runs cleanups, stops the cluster and exits.
+func Main(m *testing.M, srv **Server, cleanups ...func()) {
+	s, err := Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*srv = s
+	code := m.Run()
+	for _, c := range cleanups {
+		c()
+	}
+	s.Stop()
+	os.Exit(code)
+}
+
 // Stop stops the cluster and removes its files.
 func (s *Server) Stop() {
 	s.cluster.Stop()
@@ -109,15 +126,22 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// Connect opens a connection that closes when the test ends.
+func Connect(t testing.TB, dsn string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
 // Exec runs SQL statements against dsn, failing the test on error.
 func Exec(t testing.TB, dsn string, sql ...string) {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := Connect(t, dsn)
 	for _, s := range sql {
 		if _, err := conn.Exec(ctx, s); err != nil {
 			t.Fatalf("%s: %v", s, err)
