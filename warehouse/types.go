@@ -79,8 +79,7 @@ func scalarType(t change.Type) colType {
 		return colType{duck: "BLOB", extract: "VARCHAR", conv: func(x string) string { return "from_base64(" + x + ")" }}
 	case change.KindDate:
 		return colType{duck: "DATE", extract: "VARCHAR", conv: func(x string) string {
-			return fmt.Sprintf("CASE CAST(%[1]s AS INTEGER) WHEN %d THEN 'infinity'::DATE WHEN %d THEN '-infinity'::DATE ELSE DATE '1970-01-01' + CAST(%[1]s AS INTEGER) END",
-				x, change.DateInfinity, change.DateNegInfinity)
+			return withInfinities("DATE", "CAST("+x+" AS INTEGER)", change.DateInfinity, change.DateNegInfinity, "DATE '1970-01-01' + %s")
 		}}
 	case change.KindTime:
 		return colType{duck: "TIME", extract: "VARCHAR", conv: func(x string) string {
@@ -90,8 +89,7 @@ func scalarType(t change.Type) colType {
 		return simple("TIMETZ")
 	case change.KindTimestamp:
 		return colType{duck: "TIMESTAMP", extract: "VARCHAR", conv: func(x string) string {
-			return fmt.Sprintf("CASE CAST(%[1]s AS BIGINT) WHEN %d THEN 'infinity'::TIMESTAMP WHEN %d THEN '-infinity'::TIMESTAMP ELSE make_timestamp(CAST(%[1]s AS BIGINT)) END",
-				x, int64(change.TimestampInfinity), int64(change.TimestampNegInfinity))
+			return withInfinities("TIMESTAMP", "CAST("+x+" AS BIGINT)", change.TimestampInfinity, change.TimestampNegInfinity, "make_timestamp(%s)")
 		}}
 	case change.KindTimestampTZ:
 		return simple("TIMESTAMPTZ")
@@ -106,6 +104,14 @@ func scalarType(t change.Type) colType {
 		return simple("JSON")
 	}
 	return simple("VARCHAR")
+}
+
+// withInfinities maps Debezium's numbers for ±infinity back to DuckDB's
+// infinities and every other number n through finite (a format with one
+// %s for n).
+func withInfinities(typ, n string, inf, negInf int64, finite string) string {
+	return fmt.Sprintf("CASE %[1]s WHEN %[2]d THEN 'infinity'::%[4]s WHEN %[3]d THEN '-infinity'::%[4]s ELSE %[5]s END",
+		n, inf, negInf, typ, fmt.Sprintf(finite, n))
 }
 
 // intervalMacro parses PostgreSQL's iso_8601 interval output
