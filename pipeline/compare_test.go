@@ -22,8 +22,15 @@ type sourceColumn struct {
 
 // canonical returns SQL that renders a column to the same text on both
 // sides, whatever type lakeflow chose: PostgreSQL and DuckDB print dates,
-// intervals, bytes and floats differently.
+// intervals, bytes and floats differently. NULL stays NULL.
 func (c sourceColumn) canonical() (pg, duck string) {
+	pg, duck = c.render()
+	q := pgx.Identifier{c.name}.Sanitize()
+	return "CASE WHEN " + q + " IS NULL THEN NULL ELSE " + pg + " END",
+		"CASE WHEN " + q + " IS NULL THEN NULL ELSE " + duck + " END"
+}
+
+func (c sourceColumn) render() (pg, duck string) {
 	q := pgx.Identifier{c.name}.Sanitize()
 	switch {
 	case c.category == "A":
@@ -37,7 +44,7 @@ func (c sourceColumn) canonical() (pg, duck string) {
 			fmt.Sprintf("CASE WHEN isinf(%[1]s) THEN (CASE WHEN %[1]s > DATE '1970-01-01' THEN 'infinity' ELSE '-infinity' END) ELSE (%[1]s - DATE '1970-01-01')::VARCHAR END", q)
 	case "timestamp", "timestamptz":
 		return fmt.Sprintf("CASE WHEN isfinite(%[1]s) THEN ((extract(epoch FROM %[1]s) * 1000000)::numeric(30,0))::text ELSE %[1]s::text END", q),
-			fmt.Sprintf("CASE WHEN isinf(%[1]s) THEN (CASE WHEN epoch_us(%[1]s) > 0 THEN 'infinity' ELSE '-infinity' END) ELSE epoch_us(%[1]s)::VARCHAR END", q)
+			fmt.Sprintf("CASE WHEN isinf(%[1]s) THEN (CASE WHEN %[1]s > '1970-01-01' THEN 'infinity' ELSE '-infinity' END) ELSE epoch_us(%[1]s)::VARCHAR END", q)
 	case "time":
 		return fmt.Sprintf("((extract(epoch FROM %s) * 1000000)::bigint)::text", q),
 			fmt.Sprintf("((datepart('hour', %[1]s) * 3600 + datepart('minute', %[1]s) * 60) * 1000000::BIGINT + datepart('microseconds', %[1]s))::VARCHAR", q)

@@ -11,7 +11,7 @@ import (
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )
 
-var allTables = []string{"customers", "products", "orders", "order_items", "payments", "typed"}
+var allTables = []string{"customers", "products", "orders", "order_items", "payments", "typed", "scratch"}
 
 func qualified(tables []string) []string {
 	out := make([]string, len(tables))

@@ -25,6 +25,8 @@ CREATE TABLE typed (
 	e     mood, dom posint, big text
 );
 ALTER TABLE typed REPLICA IDENTITY FULL;
+CREATE TABLE scratch (id integer PRIMARY KEY, v text);
+ALTER TABLE scratch REPLICA IDENTITY FULL;
 `
 
 // typedRow is an INSERT of row id with a mix of ordinary and edge values.
@@ -50,7 +52,8 @@ const bigText = `(SELECT string_agg(md5(g::text), '') FROM generate_series(1, 40
 
 // typedChanges exercises the change shapes: several updates of one row in
 // one transaction, an update that leaves a TOASTed value unchanged, a
-// primary-key update, deletes, re-inserts of deleted keys and a TRUNCATE.
+// primary-key update, deletes, re-inserts of deleted keys, and a TRUNCATE
+// (of scratch, with changes before and after it in the same transaction).
 func typedChanges(ctx context.Context, dsn string) error {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -65,8 +68,10 @@ func typedChanges(ctx context.Context, dsn string) error {
 		{"DELETE FROM typed WHERE id = 12"},
 		{typedRow("12", 0)},
 		{"UPDATE typed SET iv = '24:00:00' WHERE id = 12", "UPDATE typed SET iv = '1 day' WHERE id = 110"},
-		{"TRUNCATE typed"},
-		{typedRow("10", 1), typedRow("20", 2), typedRow("21", 0), "UPDATE typed SET big = " + bigText + " WHERE id = 21"},
+		{"INSERT INTO scratch SELECT g, 'before' FROM generate_series(1, 50) g"},
+		{"UPDATE scratch SET v = 'changed' WHERE id < 10", "TRUNCATE scratch", "INSERT INTO scratch VALUES (7, 'same txn')"},
+		{"INSERT INTO scratch SELECT g, 'after' FROM generate_series(40, 60) g"},
+		{typedRow("20", 2), typedRow("21", 0), "UPDATE typed SET big = " + bigText + " WHERE id = 21"},
 		{"UPDATE typed SET n = n + 1, tstz = tstz + interval '1 second' WHERE id = 21"},
 		{"DELETE FROM typed WHERE id = 20", typedRow("20", 1)},
 	}
