@@ -54,24 +54,29 @@ type Column struct {
 }
 
 // Table is the schema of one captured table as lakeflow last saw it.
+// Columns must not change after first use.
 type Table struct {
 	Schema  string   `json:"schema"`
 	Name    string   `json:"table"`
 	Columns []Column `json:"columns"`
+	keys    []int
 }
 
 // ID is schema.table.
 func (t *Table) ID() string { return t.Schema + "." + t.Name }
 
 // KeyColumns returns the indexes of the primary-key columns, in order.
+// It is called per event, so the answer is kept.
 func (t *Table) KeyColumns() []int {
-	var idx []int
-	for i, c := range t.Columns {
-		if c.Key {
-			idx = append(idx, i)
+	if t.keys == nil {
+		t.keys = []int{}
+		for i, c := range t.Columns {
+			if c.Key {
+				t.keys = append(t.keys, i)
+			}
 		}
 	}
-	return idx
+	return t.keys
 }
 
 // Column returns the index of the named column, or -1.

@@ -36,8 +36,7 @@ type Producer struct {
 	hasher kgo.TopicPartitioner
 
 	topics  map[string]*topicState // by table ID
-	parts   []*partState
-	touched []*partState // partitions produced to since the last boundary
+	touched []*partState           // partitions produced to since the last boundary
 	slab    []byte
 
 	mu      sync.Mutex // guards pending
@@ -262,7 +261,6 @@ func (p *Producer) topic(ctx context.Context, t *change.Table) (*topicState, err
 			}
 		}
 		ts.parts = append(ts.parts, part)
-		p.parts = append(p.parts, part)
 	}
 	p.topics[t.ID()] = ts
 	return ts, nil

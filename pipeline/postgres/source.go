@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,11 +80,14 @@ type Source struct {
 	Stats     Stats
 	streaming chan struct{}
 	once      sync.Once
+	// ignored are relations of tables dropped from source.tables whose
+	// older changes are still in the WAL.
+	ignored map[*change.Table]bool
 }
 
 // NewSource returns a Source; nothing connects until Run.
 func NewSource(cfg SourceConfig, log *slog.Logger) *Source {
-	return &Source{cfg: cfg, log: log, streaming: make(chan struct{})}
+	return &Source{cfg: cfg, log: log, streaming: make(chan struct{}), ignored: map[*change.Table]bool{}}
 }
 
 // Streaming is closed once the snapshot is complete and the replication
@@ -205,4 +207,11 @@ func (s *Source) publishSchema(ctx context.Context, sink Sink, schemas map[strin
 	return nil
 }
 
-func (s *Source) configured(id string) bool { return slices.Contains(s.tableNames(), id) }
+func (s *Source) configured(id string) bool {
+	for _, t := range s.cfg.Tables {
+		if t.String() == id {
+			return true
+		}
+	}
+	return false
+}

@@ -191,7 +191,7 @@ func (s *Source) handle(ctx context.Context, dec *Decoder, cat *catalog, sink Si
 	case ResultRows:
 		for i := range res.Events {
 			ev := &res.Events[i]
-			if !s.configured(ev.Table.ID()) {
+			if s.ignored[ev.Table] {
 				continue
 			}
 			if err := sink.Event(ctx, ev); err != nil {
@@ -246,7 +246,8 @@ func (s *Source) relation(ctx context.Context, dec *Decoder, cat *catalog, sink 
 	if !s.configured(id) {
 		for _, old := range state.Tables {
 			if old == id {
-				return nil // dropped from source.tables on purpose
+				s.ignored[t] = true // dropped from source.tables on purpose
+				return nil
 			}
 		}
 		return fmt.Errorf("%w: table %s is in publication %s but not in source.tables (renamed?); ingestion stopped at %s",
