@@ -40,12 +40,17 @@ func (e connLost) Unwrap() error { return e.err }
 // stream runs the replication stream, reconnecting with backoff when the
 // connection drops (PostgreSQL restarts, network loss).
 func (s *Source) stream(ctx context.Context, sink Sink, state *State, schemas map[string]*change.Table, drain <-chan struct{}) error {
-	backoff := 500 * time.Millisecond
+	const firstBackoff = 500 * time.Millisecond
+	backoff := firstBackoff
 	for {
+		began := time.Now()
 		err := s.streamOnce(ctx, sink, state, schemas, drain)
 		var lost connLost
 		if err == nil || ctx.Err() != nil || !errors.As(err, &lost) {
 			return err
+		}
+		if time.Since(began) > maxBackoff {
+			backoff = firstBackoff // it ran fine for a while: a new outage
 		}
 		s.log.Warn("source connection lost; reconnecting", "err", err, "backoff", backoff)
 		select {
