@@ -37,6 +37,7 @@ type Result struct {
 	LakeflowSeconds float64 `json:"lakeflow_seconds"`
 	LakeflowRate    float64 `json:"lakeflow_events_per_second"`
 	LakeflowPeakRSS int64   `json:"lakeflow_peak_rss_bytes"`
+	LakeflowCPUSecs float64 `json:"lakeflow_cpu_seconds"`
 	LakeFiles       int64   `json:"lake_files"`
 	CPUs            int     `json:"cpus"`
 	GoVersion       string  `json:"go_version"`
@@ -139,12 +140,13 @@ func run(events int, out string, keep bool) error {
 
 	step("lakeflow run: WAL → Kafka → lake + silver")
 	t0 = time.Now()
-	log, rss, err := runLakeflow(bin, cfgFile)
+	log, ru, err := runLakeflow(bin, cfgFile)
 	if err != nil {
 		return err
 	}
 	res.LakeflowSeconds = time.Since(t0).Seconds()
-	res.LakeflowPeakRSS = rss
+	res.LakeflowPeakRSS = ru.Maxrss * 1024
+	res.LakeflowCPUSecs = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 	if m := regexp.MustCompile(`msg="run complete" events=(\d+) batches=\d+ lake_files=(\d+)`).FindStringSubmatch(log); m != nil {
 		res.LakeflowEvents, _ = strconv.ParseInt(m[1], 10, 64)
 		res.LakeFiles, _ = strconv.ParseInt(m[2], 10, 64)
@@ -155,11 +157,12 @@ func run(events int, out string, keep bool) error {
   source load:     %d changes in %d transactions, %.1f MB of WAL (%.1f s)
   pg_recvlogical:  %.2f s  = %.0f changes/s   (pgoutput decoding, the source's limit)
   lakeflow run:    %.2f s  = %.0f events/s    (WAL → Kafka → lake + silver, %d lake files)
-  peak RSS:        %.0f MiB
+  peak RSS:        %.0f MiB, CPU %.1f s (%.1f µs per event)
   ratio:           lakeflow end to end runs at %.0f%% of pg_recvlogical's drain rate
 `, res.CPUs, res.GoVersion, res.PostgresVersion, res.Changes, res.Transactions, float64(res.WALBytes)/1e6, res.LoadSeconds,
 		res.RecvlogicalSecs, res.RecvlogicalRate, res.LakeflowSeconds, res.LakeflowRate, res.LakeFiles,
-		float64(res.LakeflowPeakRSS)/(1<<20), 100*res.LakeflowRate/res.RecvlogicalRate)
+		float64(res.LakeflowPeakRSS)/(1<<20), res.LakeflowCPUSecs, 1e6*res.LakeflowCPUSecs/float64(max(res.LakeflowEvents, 1)),
+		100*res.LakeflowRate/res.RecvlogicalRate)
 	data, _ := json.MarshalIndent(res, "", "  ")
 	if keep {
 		fmt.Fprintln(os.Stderr, "working directory kept:", work)
@@ -168,17 +171,16 @@ func run(events int, out string, keep bool) error {
 }
 
 // runLakeflow runs `lakeflow run` to completion and returns its log and
-// peak resident set size.
-func runLakeflow(bin, cfgFile string) (string, int64, error) {
+// resource usage (peak RSS, CPU time).
+func runLakeflow(bin, cfgFile string) (string, *syscall.Rusage, error) {
 	cmd := exec.Command(bin, "--config", cfgFile, "run")
 	var log strings.Builder
 	cmd.Stderr = &log
 	if err := cmd.Run(); err != nil {
-		return log.String(), 0, fmt.Errorf("lakeflow run: %v\n%s", err, log.String())
+		return log.String(), nil, fmt.Errorf("lakeflow run: %v\n%s", err, log.String())
 	}
 	os.WriteFile(filepath.Join(filepath.Dir(cfgFile), "lakeflow.log"), []byte(log.String()), 0o644)
-	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	return log.String(), ru.Maxrss * 1024, nil
+	return log.String(), cmd.ProcessState.SysUsage().(*syscall.Rusage), nil
 }
 
 func freePort() (int, error) {
