@@ -53,7 +53,8 @@ const bigText = `(SELECT string_agg(md5(g::text), '') FROM generate_series(1, 40
 // typedChanges exercises the change shapes: several updates of one row in
 // one transaction, an update that leaves a TOASTed value unchanged, a
 // primary-key update, deletes, re-inserts of deleted keys, and a TRUNCATE
-// (of scratch, with changes before and after it in the same transaction).
+// (of scratch, with changes before and after it in the same transaction),
+// and a column added at the source.
 func typedChanges(ctx context.Context, dsn string) error {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -71,6 +72,8 @@ func typedChanges(ctx context.Context, dsn string) error {
 		{"INSERT INTO scratch SELECT g, 'before' FROM generate_series(1, 50) g"},
 		{"UPDATE scratch SET v = 'changed' WHERE id < 10", "TRUNCATE scratch", "INSERT INTO scratch VALUES (7, 'same txn')"},
 		{"INSERT INTO scratch SELECT g, 'after' FROM generate_series(40, 60) g"},
+		// An additive change: silver gains the column.
+		{"ALTER TABLE scratch ADD COLUMN note varchar(10)", "UPDATE scratch SET note = 'n' || id WHERE id % 2 = 0", "INSERT INTO scratch VALUES (99, 'new', 'x')"},
 		{typedRow("20", 2), typedRow("21", 0), "UPDATE typed SET big = " + bigText + " WHERE id = 21"},
 		{"UPDATE typed SET n = n + 1, tstz = tstz + interval '1 second' WHERE id = 21"},
 		{"DELETE FROM typed WHERE id = 20", typedRow("20", 1)},
