@@ -19,6 +19,7 @@ const finishTimeout = time.Minute
 // batch (one DuckDB transaction) at a time.
 type consumer struct {
 	cfg        config.Pipeline
+	prefix     string // topic prefix
 	kafka      *kafka.Consumer
 	wh         *warehouse.Warehouse
 	log        *slog.Logger
@@ -158,27 +159,36 @@ func (c *consumer) apply(ctx context.Context) error {
 // starts consuming new topics at the warehouse's offsets.
 func (c *consumer) syncSchemas(ctx context.Context) error {
 	c.synced = time.Now()
-	recs, err := c.kafka.Schemas(ctx)
+	topic := kafka.SchemaTopic(c.prefix)
+	from, err := c.wh.Offsets(ctx, topic)
 	if err != nil {
 		return err
 	}
-	for _, r := range recs {
-		if err := c.wh.EnsureTable(ctx, r.Topic, r.Table); err != nil {
+	recs, next, err := c.kafka.Schemas(ctx, from[0])
+	if err != nil {
+		return err
+	}
+	if len(recs) > 0 {
+		schemas := make([]warehouse.Schema, len(recs))
+		for i, r := range recs {
+			schemas[i] = warehouse.Schema{Topic: r.Topic, Table: r.Table}
+		}
+		if err := c.wh.ApplySchemas(ctx, schemas, topic, next); err != nil {
 			return err
 		}
 	}
-	for _, topic := range c.wh.Topics() {
-		if c.kafka.Assigned(topic) {
+	for _, t := range c.wh.Topics() {
+		if c.kafka.Assigned(t) {
 			continue
 		}
-		offsets, err := c.wh.Offsets(ctx, topic)
+		offsets, err := c.wh.Offsets(ctx, t)
 		if err != nil {
 			return err
 		}
-		if err := c.kafka.Assign(ctx, topic, offsets); err != nil {
+		if err := c.kafka.Assign(ctx, t, offsets); err != nil {
 			return err
 		}
-		c.applied[topic], c.seen[topic] = offsets, maps.Clone(offsets)
+		c.applied[t], c.seen[t] = offsets, maps.Clone(offsets)
 	}
 	return nil
 }

@@ -85,7 +85,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		close(drain)
 	}
 	sourceDone := make(chan struct{})
-	c := &consumer{cfg: cfg.Pipeline, kafka: cons, wh: wh, log: log, follow: opts.Follow, sourceDone: sourceDone}
+	c := &consumer{cfg: cfg.Pipeline, prefix: cfg.Kafka.TopicPrefix, kafka: cons, wh: wh, log: log, follow: opts.Follow, sourceDone: sourceDone}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(sourceDone)

@@ -3,6 +3,7 @@ package warehouse
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -10,50 +11,85 @@ import (
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 )
 
-// EnsureTable creates silver.<table> for a source schema, or adds the
-// columns an additive source change brought. Any other change is refused:
-// applying it would rewrite history.
-func (w *Warehouse) EnsureTable(ctx context.Context, topic string, t *change.Table) error {
-	prev := w.tables[topic]
-	if prev != nil && prev.schema.Equal(t) {
-		return nil
-	}
-	schemaJSON, err := json.Marshal(t)
-	if err != nil {
-		return err
-	}
+// Schema is a table schema as the schema topic records it.
+type Schema struct {
+	Topic string
+	Table *change.Table
+}
+
+// ApplySchemas creates silver tables for new source schemas and adds the
+// columns additive source changes brought, in one transaction that also
+// records next, the schema topic offset after these records. Any other
+// change is refused: applying it would rewrite history.
+func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTopic string, next int64) error {
 	var stmts []string
-	if prev == nil {
-		stmts = append(stmts, createTable(t))
-	} else {
-		added, err := prev.schema.CheckEvolution(t)
+	latest := map[string]*change.Table{}
+	for _, s := range schemas {
+		prevTable, known := latest[s.Topic]
+		if !known && w.tables[s.Topic] != nil {
+			prevTable = w.tables[s.Topic].schema
+		}
+		ddl, err := evolve(prevTable, s.Table)
 		if err != nil {
-			return fmt.Errorf("%w: %v", fault.ErrSchemaBreak, err)
+			return err
 		}
-		for _, c := range added {
-			stmts = append(stmts, fmt.Sprintf("ALTER TABLE silver.%s ADD COLUMN %s %s", ident(t.Name), ident(c.Name), duckType(c.Type).duck))
+		stmts = append(stmts, ddl...)
+		latest[s.Topic] = s.Table
+	}
+	for topic, t := range latest {
+		schemaJSON, err := json.Marshal(t)
+		if err != nil {
+			return err
 		}
+		stmts = append(stmts, fmt.Sprintf("INSERT OR REPLACE INTO lakeflow.tables VALUES (%s, %s, %s, %s, now())",
+			literal(t.ID()), literal(topic), literal("silver."+t.Name), literal(string(schemaJSON))))
 	}
-	stmts = append(stmts, fmt.Sprintf(
-		"INSERT OR REPLACE INTO lakeflow.tables VALUES (%s, %s, %s, %s, now())",
-		literal(t.ID()), literal(topic), literal("silver."+t.Name), literal(string(schemaJSON))))
-	if err := w.exec(ctx, stmts...); err != nil {
-		return fmt.Errorf("create or evolve silver.%s: %w", t.Name, err)
+	stmts = append(stmts, fmt.Sprintf(`INSERT OR REPLACE INTO lakeflow.offsets VALUES (%s, 0, %d, now())`, literal(schemaTopic), next))
+	if err := w.inTx(ctx, stmts); err != nil {
+		return fmt.Errorf("create or evolve silver tables: %w", err)
 	}
-	w.register(topic, t)
-	if prev == nil {
-		return w.scanLake(topic, t)
+	for topic, t := range latest {
+		isNew := w.tables[topic] == nil
+		w.register(topic, t)
+		if isNew {
+			if err := w.scanLake(topic, t); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
 
-func (w *Warehouse) exec(ctx context.Context, stmts ...string) error {
+// evolve returns the DDL that takes silver from prev (nil: no table yet)
+// to next.
+func evolve(prev, next *change.Table) ([]string, error) {
+	if prev == nil {
+		return []string{createTable(next)}, nil
+	}
+	added, err := prev.CheckEvolution(next)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", fault.ErrSchemaBreak, err)
+	}
+	var ddl []string
+	for _, c := range added {
+		ddl = append(ddl, fmt.Sprintf("ALTER TABLE silver.%s ADD COLUMN %s %s", ident(next.Name), ident(c.Name), duckType(c.Type).duck))
+	}
+	return ddl, nil
+}
+
+// inTx runs statements in one transaction.
+func (w *Warehouse) inTx(ctx context.Context, stmts []string) error {
+	if _, err := w.conn.ExecContext(ctx, "BEGIN TRANSACTION"); err != nil {
+		return err
+	}
 	for _, s := range stmts {
 		if _, err := w.conn.ExecContext(ctx, s); err != nil {
-			return err
+			_, rbErr := w.conn.ExecContext(context.Background(), "ROLLBACK")
+			return errors.Join(err, rbErr)
 		}
 	}
-	return nil
+	_, err := w.conn.ExecContext(ctx, "COMMIT")
+	return err
 }
 
 func createTable(t *change.Table) string {

@@ -3,6 +3,7 @@ package warehouse
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/lake"
 )
 
@@ -46,7 +48,7 @@ func (f *fixture) open() {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	if err := f.wh.EnsureTable(context.Background(), topic, acct); err != nil {
+	if err := f.wh.ApplySchemas(context.Background(), []Schema{{topic, acct}}, "lf._schemas", 1); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -213,5 +215,28 @@ func TestOpenFinishesInterruptedBatches(t *testing.T) {
 	}
 	if n := f.lakeEvents(); n != 1 {
 		t.Fatalf("lake has %d events, want 1", n)
+	}
+}
+
+func TestSchemaEvolution(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	wider := &change.Table{Schema: acct.Schema, Name: acct.Name,
+		Columns: append(append([]change.Column(nil), acct.Columns...), change.Column{Name: "note", Type: change.Type{Kind: change.KindText, Name: "text"}})}
+	ctx := context.Background()
+	if err := f.wh.ApplySchemas(ctx, []Schema{{topic, wider}}, "lf._schemas", 2); err != nil {
+		t.Fatal(err)
+	}
+	f.apply(f.rec(change.OpCreate, 100, 1, "1", "a", ""))
+	if got, _ := f.wh.Offsets(ctx, "lf._schemas"); got[0] != 2 {
+		t.Fatalf("schema topic offset %v, want 2", got)
+	}
+	narrower := &change.Table{Schema: acct.Schema, Name: acct.Name, Columns: acct.Columns[:2]}
+	err := f.wh.ApplySchemas(ctx, []Schema{{topic, narrower}}, "lf._schemas", 3)
+	if !errors.Is(err, fault.ErrSchemaBreak) {
+		t.Fatalf("a dropped column: want a breaking-change error, got %v", err)
+	}
+	if got, _ := f.wh.Offsets(ctx, "lf._schemas"); got[0] != 2 {
+		t.Fatalf("a refused schema moved the schema topic offset to %v", got)
 	}
 }

@@ -16,11 +16,10 @@ import (
 // stores them in the same transaction as the data), so no consumer group
 // is involved.
 type Consumer struct {
-	cfg        Config
-	cl         *kgo.Client
-	adm        *kadm.Client
-	schemaNext int64
-	assigned   map[string]bool
+	cfg      Config
+	cl       *kgo.Client
+	adm      *kadm.Client
+	assigned map[string]bool
 }
 
 // NewConsumer connects to the brokers.
@@ -40,14 +39,10 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 // Close releases the client.
 func (c *Consumer) Close() { c.cl.Close() }
 
-// Schemas returns the schema records written since the last call.
-func (c *Consumer) Schemas(ctx context.Context) ([]SchemaRecord, error) {
-	recs, next, err := ReadSchemas(ctx, c.cfg.Brokers, c.cl, c.cfg.Prefix, c.schemaNext)
-	if err != nil {
-		return nil, err
-	}
-	c.schemaNext = next
-	return recs, nil
+// Schemas returns the schema records from offset from on, and the offset
+// after them.
+func (c *Consumer) Schemas(ctx context.Context, from int64) ([]SchemaRecord, int64, error) {
+	return ReadSchemas(ctx, c.cfg.Brokers, c.cl, c.cfg.Prefix, from)
 }
 
 // Assigned reports whether topic is being consumed.
