@@ -39,7 +39,6 @@ type consumer struct {
 
 type consumerStats struct {
 	events, batches, files atomic.Int64
-	lastBatch              atomic.Int64 // unix nanos of the last commit
 }
 
 // run consumes until ctx is cancelled (then applies what it holds and
@@ -147,7 +146,6 @@ func (c *consumer) apply(ctx context.Context) error {
 	c.stats.events.Add(int64(st.Events))
 	c.stats.batches.Add(1)
 	c.stats.files.Add(int64(st.LakeFiles))
-	c.stats.lastBatch.Store(time.Now().UnixNano())
 	c.log.Debug("batch committed", "events", st.Events, "tables", st.Tables, "lake_files", st.LakeFiles,
 		"took", time.Since(c.opened).Round(time.Millisecond))
 	c.pending = c.pending[:0]
