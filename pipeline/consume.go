@@ -147,7 +147,8 @@ func (c *consumer) apply(ctx context.Context) error {
 	c.stats.batches.Add(1)
 	c.stats.files.Add(int64(st.LakeFiles))
 	c.log.Debug("batch committed", "events", st.Events, "tables", st.Tables, "lake_files", st.LakeFiles,
-		"took", time.Since(c.opened).Round(time.Millisecond))
+		"stage", st.Stage.Round(time.Millisecond), "decode", st.Decode.Round(time.Millisecond), "lake", st.Lake.Round(time.Millisecond),
+		"merge", st.Merge.Round(time.Millisecond), "commit", st.Commit.Round(time.Millisecond))
 	c.pending = c.pending[:0]
 	c.bytes = 0
 	return nil

@@ -23,11 +23,16 @@ type Record struct {
 	Value     []byte
 }
 
-// BatchStats describes an applied batch.
+// BatchStats describes an applied batch and where its time went.
 type BatchStats struct {
 	Events    int
 	LakeFiles int
 	Tables    int
+	Stage     time.Duration // appending the envelopes
+	Decode    time.Duration // JSON to typed rows
+	Lake      time.Duration // writing and syncing lake files
+	Merge     time.Duration // silver
+	Commit    time.Duration // commit and publish
 }
 
 // Apply applies a batch in one DuckDB transaction: it stages the records,
@@ -57,7 +62,7 @@ func (w *Warehouse) Apply(ctx context.Context, recs []Record) (BatchStats, error
 	if _, err := w.conn.ExecContext(ctx, "BEGIN TRANSACTION"); err != nil {
 		return st, err
 	}
-	files, err := w.applyInTx(ctx, recs, touched, next)
+	files, err := w.applyInTx(ctx, recs, touched, next, &st)
 	if err != nil {
 		_, rbErr := w.conn.ExecContext(context.Background(), "ROLLBACK")
 		for _, f := range files {
@@ -65,6 +70,7 @@ func (w *Warehouse) Apply(ctx context.Context, recs []Record) (BatchStats, error
 		}
 		return st, errors.Join(err, rbErr)
 	}
+	t0 := time.Now()
 	if _, err := w.conn.ExecContext(ctx, "COMMIT"); err != nil {
 		return st, fmt.Errorf("commit batch: %w", err)
 	}
@@ -72,18 +78,28 @@ func (w *Warehouse) Apply(ctx context.Context, recs []Record) (BatchStats, error
 	if err := w.lake.Publish(files); err != nil {
 		return st, err
 	}
+	st.Commit = time.Since(t0)
 	for topic, parts := range next {
 		for p := range parts {
 			w.raiseLakeHigh(topic, p, parts[p]-1)
 		}
 	}
-	return BatchStats{Events: len(recs), LakeFiles: len(files), Tables: len(touched)}, nil
+	st.Events, st.LakeFiles, st.Tables = len(recs), len(files), len(touched)
+	return st, nil
 }
 
-func (w *Warehouse) applyInTx(ctx context.Context, recs []Record, touched map[*table]bool, next map[string]map[int32]int64) ([]lake.File, error) {
+func (w *Warehouse) applyInTx(ctx context.Context, recs []Record, touched map[*table]bool, next map[string]map[int32]int64, st *BatchStats) ([]lake.File, error) {
+	lap := time.Now()
+	since := func() time.Duration {
+		now := time.Now()
+		d := now.Sub(lap)
+		lap = now
+		return d
+	}
 	if err := w.stage(ctx, recs); err != nil {
 		return nil, err
 	}
+	st.Stage = since()
 	order := make([]*table, 0, len(touched))
 	for t := range touched {
 		order = append(order, t)
@@ -103,16 +119,19 @@ func (w *Warehouse) applyInTx(ctx context.Context, recs []Record, touched map[*t
 		if bad > 0 {
 			return files, fmt.Errorf("%s: %d events in this batch are not lakeflow envelopes", t.topic, bad)
 		}
+		st.Decode += since()
 		tf, err := w.writeLake(ctx, t)
 		files = append(files, tf...)
 		if err != nil {
 			return files, fmt.Errorf("write lake files of %s: %w", t.schema.ID(), err)
 		}
+		st.Lake += since()
 		for _, stmt := range t.apply {
 			if _, err := w.conn.ExecContext(ctx, stmt); err != nil {
 				return files, fmt.Errorf("apply %s batch: %w", t.schema.ID(), err)
 			}
 		}
+		st.Merge += since()
 	}
 	var rows []string
 	for topic, parts := range next {
@@ -136,7 +155,7 @@ func (w *Warehouse) stage(ctx context.Context, recs []Record) error {
 			return err
 		}
 		for _, r := range recs {
-			if err := a.AppendRow(int32(w.tables[r.Topic].id), r.Partition, r.Offset, string(r.Value)); err != nil {
+			if err := a.AppendRow(int32(w.tables[r.Topic].id), r.Partition, r.Offset, r.Value); err != nil {
 				a.Close()
 				return err
 			}

@@ -39,10 +39,12 @@ type Result struct {
 	LakeflowPeakRSS int64   `json:"lakeflow_peak_rss_bytes"`
 	LakeflowCPUSecs float64 `json:"lakeflow_cpu_seconds"`
 	LakeFiles       int64   `json:"lake_files"`
-	CPUs            int     `json:"cpus"`
-	GoVersion       string  `json:"go_version"`
-	PostgresVersion string  `json:"postgres_version"`
-	When            string  `json:"when"`
+	// Phases sums the warehouse's time per batch phase, in seconds.
+	Phases          map[string]float64 `json:"warehouse_phase_seconds"`
+	CPUs            int                `json:"cpus"`
+	GoVersion       string             `json:"go_version"`
+	PostgresVersion string             `json:"postgres_version"`
+	When            string             `json:"when"`
 }
 
 func main() {
@@ -147,6 +149,7 @@ func run(events int, out string, keep bool) error {
 	res.LakeflowSeconds = time.Since(t0).Seconds()
 	res.LakeflowPeakRSS = ru.Maxrss * 1024
 	res.LakeflowCPUSecs = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	res.Phases = phases(log)
 	if m := regexp.MustCompile(`msg="run complete" events=(\d+) batches=\d+ lake_files=(\d+)`).FindStringSubmatch(log); m != nil {
 		res.LakeflowEvents, _ = strconv.ParseInt(m[1], 10, 64)
 		res.LakeFiles, _ = strconv.ParseInt(m[2], 10, 64)
@@ -158,10 +161,13 @@ func run(events int, out string, keep bool) error {
   pg_recvlogical:  %.2f s  = %.0f changes/s   (pgoutput decoding, the source's limit)
   lakeflow run:    %.2f s  = %.0f events/s    (WAL → Kafka → lake + silver, %d lake files)
   peak RSS:        %.0f MiB, CPU %.1f s (%.1f µs per event)
+  warehouse:       %s
   ratio:           lakeflow end to end runs at %.0f%% of pg_recvlogical's drain rate
 `, res.CPUs, res.GoVersion, res.PostgresVersion, res.Changes, res.Transactions, float64(res.WALBytes)/1e6, res.LoadSeconds,
 		res.RecvlogicalSecs, res.RecvlogicalRate, res.LakeflowSeconds, res.LakeflowRate, res.LakeFiles,
 		float64(res.LakeflowPeakRSS)/(1<<20), res.LakeflowCPUSecs, 1e6*res.LakeflowCPUSecs/float64(max(res.LakeflowEvents, 1)),
+		fmt.Sprintf("stage %.2f s, decode %.2f s, lake %.2f s, merge %.2f s, commit %.2f s",
+			res.Phases["stage"], res.Phases["decode"], res.Phases["lake"], res.Phases["merge"], res.Phases["commit"]),
 		100*res.LakeflowRate/res.RecvlogicalRate)
 	data, _ := json.MarshalIndent(res, "", "  ")
 	if keep {
@@ -173,7 +179,7 @@ func run(events int, out string, keep bool) error {
 // runLakeflow runs `lakeflow run` to completion and returns its log and
 // resource usage (peak RSS, CPU time).
 func runLakeflow(bin, cfgFile string) (string, *syscall.Rusage, error) {
-	cmd := exec.Command(bin, "--config", cfgFile, "run")
+	cmd := exec.Command(bin, "--config", cfgFile, "--log-level", "debug", "run")
 	var log strings.Builder
 	cmd.Stderr = &log
 	if err := cmd.Run(); err != nil {
@@ -181,6 +187,23 @@ func runLakeflow(bin, cfgFile string) (string, *syscall.Rusage, error) {
 	}
 	os.WriteFile(filepath.Join(filepath.Dir(cfgFile), "lakeflow.log"), []byte(log.String()), 0o644)
 	return log.String(), cmd.ProcessState.SysUsage().(*syscall.Rusage), nil
+}
+
+// phases adds up the per-phase durations of the "batch committed" lines.
+func phases(log string) map[string]float64 {
+	out := map[string]float64{}
+	re := regexp.MustCompile(`(stage|decode|lake|merge|commit)=([0-9.]+[µm]?s)`)
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, `msg="batch committed"`) {
+			continue
+		}
+		for _, m := range re.FindAllStringSubmatch(line, -1) {
+			if d, err := time.ParseDuration(m[2]); err == nil {
+				out[m[1]] += d.Seconds()
+			}
+		}
+	}
+	return out
 }
 
 func freePort() (int, error) {
