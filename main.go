@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -39,12 +40,22 @@ func main() {
 		},
 		Commands:       []*cli.Command{runCommand()},
 		ExitErrHandler: func(*cli.Context, error) {},
+		OnUsageError:   usageError,
+		CommandNotFound: func(_ *cli.Context, name string) {
+			fmt.Fprintf(os.Stderr, "lakeflow: unknown command %q (run lakeflow --help)\n", name)
+			os.Exit(exitConfig)
+		},
 	}
 	err := app.Run(os.Args)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "lakeflow: %v\n", err)
+		fmt.Fprintf(os.Stderr, "lakeflow: %s\n", oneLine(err.Error()))
 	}
 	os.Exit(exitCode(err))
+}
+
+// oneLine folds a message (DuckDB's span several lines) onto one line.
+func oneLine(msg string) string {
+	return strings.Join(strings.Fields(msg), " ")
 }
 
 func exitCode(err error) int {
@@ -74,6 +85,7 @@ func runCommand() *cli.Command {
 			&cli.BoolFlag{Name: "demo", Usage: "create the demo schema in the source and drive an e-commerce workload while ingesting"},
 			&cli.IntFlag{Name: "demo-events", Value: 20000, Usage: "number of row changes the demo workload makes"},
 		},
+		OnUsageError: usageError,
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return fmt.Errorf("%w: run takes no arguments (got %q)", fault.ErrConfig, c.Args().First())
@@ -112,6 +124,15 @@ func runCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// usageError reports a bad flag in one line instead of the help text.
+func usageError(c *cli.Context, err error, _ bool) error {
+	name := c.App.Name
+	if c.Command != nil && c.Command.FullName() != name {
+		name += " " + c.Command.FullName()
+	}
+	return fmt.Errorf("%w: %v (see %s --help)", fault.ErrConfig, err, name)
 }
 
 // setup loads the configuration and builds the logger.
