@@ -90,8 +90,11 @@ func (s *Source) streamOnce(ctx context.Context, sink Sink, state *State, schema
 	var wg sync.WaitGroup
 	defer func() {
 		close(stopped)
-		repl.Close(context.Background())
+		// Closing the socket is what ends a blocked ReceiveMessage; the
+		// PgConn itself is closed once no goroutine uses it.
+		repl.Conn().Close()
 		wg.Wait()
+		repl.Close(context.Background())
 	}()
 	// Start at 0/0: the server resumes at confirmed_flush_lsn. A start
 	// beyond it would silently skip transactions.
