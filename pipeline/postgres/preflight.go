@@ -166,9 +166,9 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, name string, tables 
 	}
 	pub := pgx.Identifier{name}.Sanitize()
 	if !exists {
-		_, err := conn.Exec(ctx, fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, strings.Join(idents, ", ")))
-		if err != nil {
-			return fmt.Errorf("%w: create publication %s: %v", fault.ErrSource, name, err)
+		create := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, strings.Join(idents, ", "))
+		if _, err := conn.Exec(ctx, create); err != nil {
+			return fmt.Errorf("%w: create publication %s: %v; run %s as the tables' owner", fault.ErrSource, name, err, create)
 		}
 		return nil
 	}
