@@ -6,9 +6,9 @@ import (
 )
 
 // Envelope writes events as Kafka records in Debezium's JSON form with
-// schemas disabled (decimal.handling.mode=string,
-// time.precision.mode=adaptive_time_microseconds,
-// interval.handling.mode=string, binary.handling.mode=base64), plus
+// schemas disabled (decimal.handling.mode=string, interval.handling.mode=
+// string, binary.handling.mode=base64; dates as days, times and
+// timestamps as microseconds whatever their declared precision), plus
 // lakeflow's position fields _cdc_seq, _cdc_ord and _commit_ts, so an
 // existing Debezium consumer can read the topics.
 type Envelope struct {
