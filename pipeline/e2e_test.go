@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/lakeflow/lakeflow/pipeline/config"
@@ -40,6 +41,7 @@ func TestEndToEnd(t *testing.T) {
 		return err
 	}})
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, allTables...)
+	assertSilverTypes(t, h.cfg.Warehouse.Path, "typed", typedSilverTypes)
 	first := lakeCounts(t, h.cfg)
 	assertLakeExactlyOnce(t, h.cfg, allTables...)
 	assertKcatReads(t, h.cfg, "orders", consumed(t, h.cfg, "orders"))
@@ -60,6 +62,26 @@ func TestEndToEnd(t *testing.T) {
 	}
 	assertSameSilver(t, h.cfg.Warehouse.Path, fresh.Warehouse.Path, allTables...)
 	assertLakeExactlyOnce(t, &fresh, allTables...)
+}
+
+// typedSilverTypes are the DuckDB types silver.typed must have.
+const typedSilverTypes = `id INTEGER, i2 SMALLINT, i8 BIGINT, f4 FLOAT, f8 DOUBLE, n DECIMAL(14,3), nu VARCHAR,
+m DECIMAL(19,2), b BOOLEAN, t VARCHAR, vc VARCHAR, ch VARCHAR, by BLOB, d DATE, tm TIME,
+ttz TIME WITH TIME ZONE, ts TIMESTAMP, tstz TIMESTAMP WITH TIME ZONE, iv INTERVAL, u UUID, j JSON, jb JSON,
+ia INTEGER[], ta VARCHAR[], e VARCHAR, dom INTEGER, big VARCHAR, _cdc_seq UBIGINT, _cdc_ord UINTEGER,
+_commit_ts TIMESTAMP WITH TIME ZONE, _deleted BOOLEAN`
+
+// assertSilverTypes checks the declared column types of a silver table.
+func assertSilverTypes(t *testing.T, warehouse, table, want string) {
+	t.Helper()
+	db := openDuck(t, warehouse)
+	defer db.Close()
+	var got string
+	queryRow(t, db, `SELECT string_agg(column_name || ' ' || data_type, ', ' ORDER BY ordinal_position)
+		FROM information_schema.columns WHERE table_schema = 'silver' AND table_name = ?`, &got, table)
+	if norm := strings.Join(strings.Fields(want), " "); got != norm {
+		t.Fatalf("silver.%s types:\n got %s\nwant %s", table, got, norm)
+	}
 }
 
 type counts struct {
