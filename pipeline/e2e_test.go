@@ -42,6 +42,7 @@ func TestEndToEnd(t *testing.T) {
 	}})
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, allTables...)
 	assertSilverTypes(t, h.cfg.Warehouse.Path, "typed", typedSilverTypes)
+	assertLakeSchema(t, h.cfg, "orders", ordersLakeSchema)
 	first := lakeCounts(t, h.cfg)
 	assertLakeExactlyOnce(t, h.cfg, allTables...)
 	assertKcatReads(t, h.cfg, "orders", consumed(t, h.cfg, "orders"))
@@ -81,6 +82,26 @@ func assertSilverTypes(t *testing.T, warehouse, table, want string) {
 		FROM information_schema.columns WHERE table_schema = 'silver' AND table_name = ?`, &got, table)
 	if norm := strings.Join(strings.Fields(want), " "); got != norm {
 		t.Fatalf("silver.%s types:\n got %s\nwant %s", table, got, norm)
+	}
+}
+
+// ordersLakeSchema is the shape of the orders lake files (date is the
+// hive partition of the path).
+const ordersLakeSchema = `op VARCHAR,
+before STRUCT(id BIGINT, customer_id BIGINT, status VARCHAR, total_cents BIGINT, currency VARCHAR, created_at TIMESTAMP WITH TIME ZONE, updated_at TIMESTAMP WITH TIME ZONE),
+after STRUCT(id BIGINT, customer_id BIGINT, status VARCHAR, total_cents BIGINT, currency VARCHAR, created_at TIMESTAMP WITH TIME ZONE, updated_at TIMESTAMP WITH TIME ZONE),
+_cdc_seq UBIGINT, _cdc_ord UINTEGER, _commit_ts TIMESTAMP WITH TIME ZONE, lsn UBIGINT, tx_id UBIGINT,
+kafka_topic VARCHAR, kafka_partition INTEGER, kafka_offset BIGINT, date DATE`
+
+func assertLakeSchema(t *testing.T, cfg *config.Config, table, want string) {
+	t.Helper()
+	db := openDuck(t, cfg.Warehouse.Path)
+	defer db.Close()
+	var got string
+	queryRow(t, db, `SELECT string_agg(column_name || ' ' || column_type, ', ')
+		FROM (DESCRIBE SELECT * FROM read_parquet(?))`, &got, filepath.Join(cfg.Lake.Dir, table, "*", "*.parquet"))
+	if norm := strings.Join(strings.Fields(want), " "); got != norm {
+		t.Fatalf("lake %s schema:\n got %s\nwant %s", table, got, norm)
 	}
 }
 
