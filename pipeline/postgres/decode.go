@@ -149,7 +149,7 @@ func (d *Decoder) decodeTruncate(data []byte, lsn change.LSN) (Result, error) {
 	n := int(binary.BigEndian.Uint32(data[1:]))
 	rels := data[6:]
 	if len(rels) != 4*n {
-		return Result{}, fmt.Errorf("Truncate message names %d relations in %d bytes", n, len(rels))
+		return Result{}, fmt.Errorf("truncate message names %d relations in %d bytes", n, len(rels))
 	}
 	d.events = d.events[:0]
 	for i := 0; i < n; i++ {
