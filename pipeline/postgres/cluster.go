@@ -51,28 +51,40 @@ type Cluster struct {
 
 const superuser = "lakeflow"
 
-// StartCluster initialises the cluster on first use and starts it. A server
-// left running by a killed lakeflow is restarted so the settings apply.
-func StartCluster(ctx context.Context, cfg ClusterConfig, log *slog.Logger) (*Cluster, error) {
+// OpenCluster returns a handle on the cluster in cfg.Dir without starting
+// or creating it. As root, the cluster is run by the postgres user, and
+// kept under /var/tmp if that user cannot reach cfg.Dir.
+func OpenCluster(cfg ClusterConfig, log *slog.Logger) (*Cluster, error) {
 	bin, err := FindBinaries()
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{cfg: cfg, bin: bin, log: log}
-	if os.Geteuid() == 0 {
-		if c.owner, err = postgresUser(); err != nil {
+	if os.Geteuid() != 0 {
+		return c, nil
+	}
+	if c.owner, err = postgresUser(); err != nil {
+		return nil, err
+	}
+	if err := c.checkReachable(); err != nil {
+		// A project under a 0700 home directory: keep the cluster where
+		// the postgres user can reach it, stably per data_dir.
+		alt := fallbackDir(cfg.Dir)
+		log.Warn("the postgres user cannot reach data_dir; keeping the embedded cluster elsewhere", "reason", err.Error(), "dir", alt)
+		c.cfg.Dir = alt
+		if err := c.checkReachable(); err != nil {
 			return nil, err
 		}
-		if err := c.checkReachable(); err != nil {
-			// A project under a 0700 home directory: keep the cluster
-			// where the postgres user can reach it, stably per data_dir.
-			alt := fallbackDir(cfg.Dir)
-			log.Warn("the postgres user cannot reach data_dir; keeping the embedded cluster elsewhere", "reason", err.Error(), "dir", alt)
-			c.cfg.Dir = alt
-			if err := c.checkReachable(); err != nil {
-				return nil, err
-			}
-		}
+	}
+	return c, nil
+}
+
+// StartCluster initialises the cluster on first use and starts it. A server
+// left running by a killed lakeflow is restarted so the settings apply.
+func StartCluster(ctx context.Context, cfg ClusterConfig, log *slog.Logger) (*Cluster, error) {
+	c, err := OpenCluster(cfg, log)
+	if err != nil {
+		return nil, err
 	}
 	// Parents stay traversable (0755) so the postgres user can reach the
 	// cluster when lakeflow runs as root; the cluster itself is private.

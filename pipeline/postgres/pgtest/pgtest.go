@@ -11,8 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -27,12 +29,19 @@ type Server struct {
 	n       atomic.Int64
 }
 
+const dirPattern = "lakeflow-pgtest-"
+
 // Start starts a cluster with fsync off in a fresh directory. It fails
 // (never skips) when the server binaries are missing, saying how to
-// install them.
+// install them. Clusters left running by test processes that died (a
+// timeout, a killed fuzz worker) are stopped first.
 func Start() (*Server, error) {
-	dir, err := os.MkdirTemp("", "lakeflow-pgtest-")
+	reapOrphans()
+	dir, err := os.MkdirTemp("", dirPattern)
 	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		return nil, err
 	}
 	// The server may run as the postgres user (when tests run as root):
@@ -70,6 +79,26 @@ func Main(m *testing.M, srv **Server, cleanups ...func()) {
 	}
 	s.Stop()
 	os.Exit(code)
+}
+
+// reapOrphans stops and removes test clusters whose test process is gone.
+func reapOrphans() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPattern+"*"))
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, "owner.pid"))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(string(b))
+		if err != nil || syscall.Kill(pid, 0) == nil {
+			continue // malformed, or its owner still runs
+		}
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+		if cl, err := postgres.OpenCluster(postgres.ClusterConfig{Dir: filepath.Join(dir, "pg")}, log); err == nil {
+			cl.Stop()
+		}
+		os.RemoveAll(dir)
+	}
 }
 
 // Stop stops the cluster and removes its files.
