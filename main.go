@@ -32,12 +32,9 @@ const (
 
 func main() {
 	app := &cli.App{
-		Name:  "lakeflow",
-		Usage: "PostgreSQL WAL → Kafka → Parquet lake + DuckDB warehouse, in one process",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "config", Value: config.DefaultFile, Usage: "config file (missing default file = built-in defaults)"},
-			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
-		},
+		Name:           "lakeflow",
+		Usage:          "PostgreSQL WAL → Kafka → Parquet lake + DuckDB warehouse, in one process",
+		Flags:          commonFlags(),
 		Commands:       []*cli.Command{runCommand()},
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError:   usageError,
@@ -80,11 +77,11 @@ func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "run",
 		Usage: "snapshot if needed, then move the WAL up to its current end through Kafka into lake and warehouse",
-		Flags: []cli.Flag{
+		Flags: append(commonFlags(),
 			&cli.BoolFlag{Name: "follow", Usage: "keep running; Ctrl-C finishes the in-flight batch and exits"},
 			&cli.BoolFlag{Name: "demo", Usage: "create the demo schema in the source and drive an e-commerce workload while ingesting"},
 			&cli.IntFlag{Name: "demo-events", Value: 20000, Usage: "number of row changes the demo workload makes"},
-		},
+		),
 		OnUsageError: usageError,
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -135,18 +132,37 @@ func usageError(c *cli.Context, err error, _ bool) error {
 	return fmt.Errorf("%w: %v (see %s --help)", fault.ErrConfig, err, name)
 }
 
+// commonFlags are accepted before the command and after it.
+func commonFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "config", Value: config.DefaultFile, Usage: "config file (missing default file = built-in defaults)"},
+		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
+	}
+}
+
+// common returns a common flag's value: the command's if given there,
+// else the one given before the command, else the default.
+func common(c *cli.Context, name string) string {
+	for _, ctx := range c.Lineage() { // the command first, then the app
+		if ctx.IsSet(name) {
+			return ctx.String(name)
+		}
+	}
+	return c.String(name)
+}
+
 // setup loads the configuration and builds the logger.
 func setup(c *cli.Context) (*config.Config, *slog.Logger, error) {
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
-		return nil, nil, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", fault.ErrConfig, c.String("log-level"))
+	if err := level.UnmarshalText([]byte(common(c, "log-level"))); err != nil {
+		return nil, nil, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", fault.ErrConfig, common(c, "log-level"))
 	}
 	var out io.Writer = os.Stderr
 	if isTerminal(os.Stderr) {
 		out = lineClearing{os.Stderr} // log lines go above the progress line
 	}
 	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
-	cfg, err := config.Load(c.String("config"), os.Environ())
+	cfg, err := config.Load(common(c, "config"), os.Environ())
 	if err != nil {
 		return nil, nil, err
 	}
