@@ -56,8 +56,16 @@ func TestInterruptFinishesTheBatchAndExitsZero(t *testing.T) {
 // ports and directory changed: embedded PostgreSQL, embedded Kafka.
 func TestDemoOnEmbeddedDefaults(t *testing.T) {
 	bin := lakeflowBinary(t)
-	dir := t.TempDir()
-	os.Chmod(dir, 0o755) // the embedded server may run as the postgres user
+	// The embedded server may run as the postgres user, which must reach
+	// the directory (t.TempDir's parent is private).
+	dir, err := os.MkdirTemp("", "lakeflow-demo-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	pgPort, _ := pgtest.FreePort()
 	kafkaPort, _ := pgtest.FreePort()
 	file := filepath.Join(dir, "lakeflow.toml")
@@ -69,6 +77,9 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("lakeflow run --demo: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "keeping the embedded cluster elsewhere") {
+		t.Fatalf("the cluster did not stay in data_dir:\n%s", out)
 	}
 	if !strings.Contains(string(out), "The demo is in") {
 		t.Fatalf("no next steps printed:\n%s", out)

@@ -154,6 +154,9 @@ func versionOf(binDir string) int {
 	return v
 }
 
+// Dir is where the cluster lives (see OpenCluster for when it moves).
+func (c *Cluster) Dir() string { return c.cfg.Dir }
+
 // Bin returns the path of a server program next to pg_ctl.
 func (c *Cluster) Bin(name string) string { return filepath.Join(c.bin, name) }
 
