@@ -3,7 +3,6 @@ package warehouse
 import (
 	"context"
 	"database/sql/driver"
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -59,20 +58,19 @@ func (w *Warehouse) Apply(ctx context.Context, recs []Record) (BatchStats, error
 		}
 		next[r.Topic][r.Partition] = max(next[r.Topic][r.Partition], r.Offset+1)
 	}
-	if _, err := w.conn.ExecContext(ctx, "BEGIN TRANSACTION"); err != nil {
-		return st, err
-	}
-	files, err := w.applyInTx(ctx, recs, touched, next, &st)
+	var files []lake.File
+	var t0 time.Time
+	err := w.inTx(ctx, func() error {
+		var err error
+		files, err = w.applyInTx(ctx, recs, touched, next, &st)
+		t0 = time.Now()
+		return err
+	})
 	if err != nil {
-		_, rbErr := w.conn.ExecContext(context.Background(), "ROLLBACK")
 		for _, f := range files {
-			os.Remove(f.Staging)
+			os.Remove(f.Staging) // lake.Recover would remove them too
 		}
-		return st, errors.Join(err, rbErr)
-	}
-	t0 := time.Now()
-	if _, err := w.conn.ExecContext(ctx, "COMMIT"); err != nil {
-		return st, fmt.Errorf("commit batch: %w", err)
+		return st, fmt.Errorf("batch: %w", err)
 	}
 	// Committed: from here a crash is rolled forward by lake.Recover.
 	if err := w.lake.Publish(files); err != nil {

@@ -45,7 +45,7 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 			literal(t.ID()), literal(topic), literal("silver."+t.Name), literal(string(schemaJSON))))
 	}
 	stmts = append(stmts, fmt.Sprintf(`INSERT OR REPLACE INTO lakeflow.offsets VALUES (%s, 0, %d, now())`, literal(schemaTopic), next))
-	if err := w.inTx(ctx, stmts); err != nil {
+	if err := w.inTx(ctx, func() error { return w.exec(ctx, stmts) }); err != nil {
 		return fmt.Errorf("create or evolve silver tables: %w", err)
 	}
 	for topic, t := range latest {
@@ -77,19 +77,29 @@ func evolve(prev, next *change.Table) ([]string, error) {
 	return ddl, nil
 }
 
-// inTx runs statements in one transaction.
-func (w *Warehouse) inTx(ctx context.Context, stmts []string) error {
+// inTx runs fn in one transaction: committed if fn succeeds, rolled back
+// otherwise.
+func (w *Warehouse) inTx(ctx context.Context, fn func() error) error {
 	if _, err := w.conn.ExecContext(ctx, "BEGIN TRANSACTION"); err != nil {
 		return err
 	}
+	if err := fn(); err != nil {
+		_, rbErr := w.conn.ExecContext(context.Background(), "ROLLBACK")
+		return errors.Join(err, rbErr)
+	}
+	if _, err := w.conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+func (w *Warehouse) exec(ctx context.Context, stmts []string) error {
 	for _, s := range stmts {
 		if _, err := w.conn.ExecContext(ctx, s); err != nil {
-			_, rbErr := w.conn.ExecContext(context.Background(), "ROLLBACK")
-			return errors.Join(err, rbErr)
+			return err
 		}
 	}
-	_, err := w.conn.ExecContext(ctx, "COMMIT")
-	return err
+	return nil
 }
 
 func createTable(t *change.Table) string {

@@ -5,8 +5,6 @@ package change
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 )
 
 // LSN is a PostgreSQL write-ahead log position.
@@ -14,20 +12,6 @@ type LSN uint64
 
 // String formats the LSN the way PostgreSQL does: 0/1A2B3C4.
 func (l LSN) String() string { return fmt.Sprintf("%X/%X", uint32(l>>32), uint32(l)) }
-
-// ParseLSN parses PostgreSQL's X/X notation.
-func ParseLSN(s string) (LSN, error) {
-	hi, lo, ok := strings.Cut(s, "/")
-	if !ok {
-		return 0, fmt.Errorf("LSN %q: want the form 0/1A2B3C4", s)
-	}
-	h, err1 := strconv.ParseUint(hi, 16, 32)
-	l, err2 := strconv.ParseUint(lo, 16, 32)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("LSN %q: want the form 0/1A2B3C4", s)
-	}
-	return LSN(h<<32 | l), nil
-}
 
 // Position orders events exactly in commit order across all tables
 // (DESIGN.md invariant 1). Seq is the LSN of the commit record of the

@@ -2,7 +2,6 @@ package change
 
 import (
 	"fmt"
-	"strings"
 )
 
 // Kind is the family of a PostgreSQL type, which decides how its values are
@@ -148,16 +147,4 @@ func (t *Table) CheckEvolution(next *Table) ([]Column, error) {
 		added = append(added, c)
 	}
 	return added, nil
-}
-
-// Describe renders the column list for messages: "id int8 (key), name text".
-func (t *Table) Describe() string {
-	parts := make([]string, len(t.Columns))
-	for i, c := range t.Columns {
-		parts[i] = c.Name + " " + c.Type.Name
-		if c.Key {
-			parts[i] += " (key)"
-		}
-	}
-	return strings.Join(parts, ", ")
 }

@@ -34,6 +34,7 @@ type Producer struct {
 	env    change.Envelope
 	log    *slog.Logger
 	hasher kgo.TopicPartitioner
+	probe  kgo.Record // reused to ask hasher for a key's partition
 
 	topics  map[string]*topicState // by table ID
 	touched []*partState           // partitions produced to since the last boundary
@@ -175,7 +176,8 @@ func (p *Producer) Event(ctx context.Context, ev *change.Event) error {
 }
 
 func (p *Producer) partitionOf(key []byte, n int) int {
-	return p.hasher.Partition(&kgo.Record{Key: key}, n)
+	p.probe.Key = key
+	return p.hasher.Partition(&p.probe, n)
 }
 
 // EndTxn closes a transaction boundary at end.

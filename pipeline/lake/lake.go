@@ -32,9 +32,6 @@ func Open(dir string) (*Lake, error) {
 	return &Lake{dir: dir}, nil
 }
 
-// Dir is the lake's root.
-func (l *Lake) Dir() string { return l.dir }
-
 // File is one lake file of a batch.
 type File struct {
 	Path    string // final path, relative to the lake root

@@ -209,7 +209,6 @@ func (s *Source) handle(ctx context.Context, dec *Decoder, cat *catalog, sink Si
 		s.Stats.Events.Add(int64(len(res.Events)))
 	case ResultCommit:
 		sink.EndTxn(res.End)
-		s.Stats.Txns.Add(1)
 	case ResultRelation:
 		return false, s.relation(ctx, dec, cat, sink, state, schemas, res.Relation, m.lsn)
 	case ResultMessage:

@@ -131,7 +131,7 @@ func TestSchemaChanges(t *testing.T) {
 	ev := sink.events[len(sink.events)-1]
 	sink.mu.Unlock()
 	if len(last.Columns) != 3 || last.Columns[2].Type.Precision != 10 || len(ev.After) != 3 || string(ev.After[2].Text) != "1.50" {
-		t.Fatalf("after ADD COLUMN: schema %s, event %d values", last.Describe(), len(ev.After))
+		t.Fatalf("after ADD COLUMN: schema %+v, event %d values", last.Columns, len(ev.After))
 	}
 
 	// Breaking: ingestion stops before the change that needs the new
