@@ -2,51 +2,86 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"maps"
 	"sync/atomic"
 	"time"
 
+	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/kafka"
 	"github.com/lakeflow/lakeflow/warehouse"
 )
 
-// finishTimeout bounds the last batch applied after a cancel.
-const finishTimeout = time.Minute
+const (
+	// finishTimeout bounds the last batch applied after a cancel.
+	finishTimeout = time.Minute
+	// trimInterval is how often committed records are trimmed from Kafka.
+	trimInterval = 30 * time.Second
+)
 
 // consumer moves records from Kafka into the lake and the warehouse, one
-// batch (one DuckDB transaction) at a time.
+// batch (one DuckDB transaction) at a time. A batch ends at a watermark
+// (a source transaction boundary that is complete in every partition), so
+// silver is always the source as of one position; only a transaction
+// larger than the batch limits is applied in several batches, of which
+// the last is the consistent one.
 type consumer struct {
 	cfg        config.Pipeline
-	prefix     string // topic prefix
+	kcfg       kafka.Config
+	slot       string
 	kafka      *kafka.Consumer
 	wh         *warehouse.Warehouse
 	log        *slog.Logger
 	follow     bool
 	sourceDone <-chan struct{}
 
-	// applied and seen are, per topic and partition, the next offset after
-	// what is committed and after what is held (committed or pending).
-	applied map[string]map[int32]int64
-	seen    map[string]map[int32]int64
-	pending []warehouse.Record
-	bytes   int64
-	opened  time.Time
-	synced  time.Time
+	// committed and seen are, per topic, where the consumer stands after
+	// what is committed and after what it holds (committed or pending).
+	committed map[string]warehouse.TopicPosition
+	seen      map[string]warehouse.TopicPosition
+	pending   []warehouse.Record
+	bytes     int64
+	opened    time.Time
+	// marks are watermarks received and not yet applied, in order; bounds
+	// is, per table topic partition, the end offset as of the last one.
+	marks  []mark
+	bounds map[string]map[int32]int64
+
+	synced    time.Time
+	trimmed   time.Time
+	stateCopy *change.SourceState
+	// applied is the end LSN of the last consistent batch: the source
+	// confirms the slot no further.
+	applied atomic.Uint64
 	stats   consumerStats
+}
+
+// mark is a received watermark with the bounds it sets.
+type mark struct {
+	w      change.Watermark
+	offset int64 // in the watermark topic
+	bounds map[string]map[int32]int64
 }
 
 type consumerStats struct {
 	events, batches, files atomic.Int64
 }
 
+func (c *consumer) wmTopic() string { return kafka.WatermarkTopic(c.kcfg.Prefix) }
+
 // run consumes until ctx is cancelled (then applies what it holds and
 // returns ctx's error) or, without follow, until the source has finished
 // and everything it produced is applied.
 func (c *consumer) run(ctx context.Context) error {
-	c.applied, c.seen = map[string]map[int32]int64{}, map[string]map[int32]int64{}
+	c.committed, c.seen = map[string]warehouse.TopicPosition{}, map[string]warehouse.TopicPosition{}
+	c.bounds = map[string]map[int32]int64{}
 	if err := c.syncSchemas(ctx); err != nil {
+		return err
+	}
+	if err := c.assign(ctx, c.wmTopic(), 1); err != nil {
 		return err
 	}
 	var target map[string]map[int32]int64
@@ -65,13 +100,13 @@ func (c *consumer) run(ctx context.Context) error {
 					return err
 				}
 				var err error
-				if target, err = c.kafka.EndOffsets(ctx, c.wh.Topics()); err != nil {
+				if target, err = c.kafka.EndOffsets(ctx, append(c.wh.Topics(), c.wmTopic())); err != nil {
 					return err
 				}
 			default:
 			}
 		}
-		if target != nil && len(c.pending) == 0 && reached(c.applied, target) {
+		if target != nil && len(c.pending) == 0 && len(c.marks) == 0 && reached(c.seen, target) {
 			return nil
 		}
 		// New tables show up in the schema topic; look while idle.
@@ -87,7 +122,7 @@ func (c *consumer) run(ctx context.Context) error {
 		if len(c.pending) > 0 {
 			wait = max(time.Until(c.opened.Add(c.cfg.BatchInterval)), time.Millisecond)
 		}
-		recs, err := c.kafka.Poll(ctx, c.cfg.BatchEvents-len(c.pending), wait)
+		recs, err := c.kafka.Poll(ctx, max(c.cfg.BatchEvents-len(c.pending), 1), wait)
 		if err != nil {
 			if ctx.Err() != nil {
 				return c.finish(ctx.Err())
@@ -95,108 +130,332 @@ func (c *consumer) run(ctx context.Context) error {
 			return err
 		}
 		for _, r := range recs {
+			c.seen[r.Topic].Next[r.Partition] = r.Offset + 1
+			if r.Topic == c.wmTopic() {
+				if err := c.addMark(r.Offset, r.Value); err != nil {
+					return err
+				}
+				continue
+			}
 			if len(c.pending) == 0 {
 				c.opened = time.Now()
 			}
 			c.pending = append(c.pending, warehouse.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Value: r.Value})
 			c.bytes += int64(len(r.Value))
-			c.seen[r.Topic][r.Partition] = max(c.seen[r.Topic][r.Partition], r.Offset+1)
 		}
-		full := len(c.pending) >= c.cfg.BatchEvents || c.bytes >= c.cfg.BatchBytes ||
-			(len(c.pending) > 0 && time.Since(c.opened) >= c.cfg.BatchInterval)
-		if full || (target != nil && len(c.pending) > 0 && reached(c.seen, target)) {
-			if err := c.apply(ctx); err != nil {
-				if ctx.Err() != nil {
-					return c.finish(ctx.Err())
-				}
-				return err
+		if err := c.step(ctx, target != nil); err != nil {
+			if ctx.Err() != nil {
+				return c.finish(ctx.Err())
 			}
+			return err
 		}
 	}
 }
 
-// finish applies the in-flight batch under a fresh, bounded context.
+// addMark folds a watermark record into the bounds.
+func (c *consumer) addMark(offset int64, value []byte) error {
+	var w change.Watermark
+	if err := json.Unmarshal(value, &w); err != nil {
+		return fmt.Errorf("%s offset %d is not a watermark: %w", c.wmTopic(), offset, err)
+	}
+	for topic, parts := range w.Offsets {
+		if c.bounds[topic] == nil {
+			c.bounds[topic] = map[int32]int64{}
+		}
+		maps.Copy(c.bounds[topic], parts)
+	}
+	b := make(map[string]map[int32]int64, len(c.bounds))
+	for topic, parts := range c.bounds {
+		b[topic] = maps.Clone(parts)
+	}
+	c.marks = append(c.marks, mark{w: w, offset: offset, bounds: b})
+	return nil
+}
+
+// step applies a batch if one is due: up to the newest watermark whose
+// records have all arrived, once that batch is full, old enough, carries
+// no records at all (a heartbeat), or the run is draining; or, when the
+// records held exceed the limits with no watermark in reach (a huge
+// transaction), all of them as a batch that is not consistent.
+func (c *consumer) step(ctx context.Context, draining bool) error {
+	k := -1
+	for i := len(c.marks) - 1; i >= 0; i-- {
+		if c.arrived(c.marks[i].bounds) {
+			k = i
+			break
+		}
+	}
+	full := len(c.pending) >= c.cfg.BatchEvents || c.bytes >= c.cfg.BatchBytes
+	if k < 0 {
+		if full {
+			return c.apply(ctx, len(c.pending), nil)
+		}
+		return nil
+	}
+	n, size := 0, int64(0)
+	for _, r := range c.pending {
+		if r.Offset < c.marks[k].bounds[r.Topic][r.Partition] {
+			n++
+			size += int64(len(r.Value))
+		}
+	}
+	due := n == 0 || draining || n >= c.cfg.BatchEvents || size >= c.cfg.BatchBytes ||
+		time.Since(c.opened) >= c.cfg.BatchInterval
+	if !due && full {
+		due = true
+	}
+	if !due {
+		return nil
+	}
+	return c.apply(ctx, n, &c.marks[k])
+}
+
+// arrived reports whether every record below bounds has been received.
+func (c *consumer) arrived(bounds map[string]map[int32]int64) bool {
+	for topic, parts := range bounds {
+		seen, ok := c.seen[topic]
+		if !ok {
+			return false
+		}
+		for p, end := range parts {
+			if seen.Next[p] < end {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// finish applies the in-flight records under a fresh, bounded context.
 func (c *consumer) finish(cause error) error {
 	if len(c.pending) == 0 {
 		return cause
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout)
 	defer cancel()
-	if err := c.apply(ctx); err != nil {
+	if err := c.step(ctx, true); err != nil {
 		return err
 	}
 	return cause
 }
 
-func (c *consumer) apply(ctx context.Context) error {
+// apply commits the pending records below m's bounds (all of them when m
+// is nil) as one batch.
+func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 	// Schema records are acknowledged before the events that need them,
 	// so reading the schema topic now covers everything in the batch.
 	if err := c.syncSchemas(ctx); err != nil {
 		return err
 	}
-	st, err := c.wh.Apply(ctx, c.pending)
+	batch := warehouse.Batch{Positions: map[string]warehouse.TopicPosition{}}
+	rest := c.pending[:0:0]
+	if m == nil {
+		batch.Records = c.pending
+	} else {
+		batch.Records = make([]warehouse.Record, 0, n)
+		for _, r := range c.pending {
+			if r.Offset < m.bounds[r.Topic][r.Partition] {
+				batch.Records = append(batch.Records, r)
+			} else {
+				rest = append(rest, r)
+			}
+		}
+	}
+	for _, r := range batch.Records {
+		pos, ok := batch.Positions[r.Topic]
+		if !ok {
+			pos = clonePosition(c.committed[r.Topic])
+			batch.Positions[r.Topic] = pos
+		}
+		pos.Next[r.Partition] = max(pos.Next[r.Partition], r.Offset+1)
+	}
+	if m != nil {
+		wm := clonePosition(c.committed[c.wmTopic()])
+		wm.Next[0] = m.offset + 1
+		batch.Positions[c.wmTopic()] = wm
+		if c.consistentAt(batch.Positions, m.bounds) {
+			batch.Watermark = &m.w
+		}
+	}
+	st, err := c.wh.Apply(ctx, batch)
 	if err != nil {
 		return err
 	}
-	for topic, parts := range c.seen {
-		for p, off := range parts {
-			c.applied[topic][p] = off
+	maps.Copy(c.committed, batch.Positions)
+	if m != nil {
+		k := 0
+		for k < len(c.marks) && c.marks[k].offset <= m.offset {
+			k++
 		}
+		c.marks = append(c.marks[:0], c.marks[k:]...)
+	}
+	if batch.Watermark != nil {
+		c.applied.Store(uint64(batch.Watermark.End))
+	}
+	c.pending = rest
+	c.bytes = 0
+	for _, r := range rest {
+		c.bytes += int64(len(r.Value))
+	}
+	if len(rest) > 0 {
+		c.opened = time.Now()
 	}
 	c.stats.events.Add(int64(st.Events))
 	c.stats.batches.Add(1)
 	c.stats.files.Add(int64(st.LakeFiles))
-	c.log.Debug("batch committed", "events", st.Events, "tables", st.Tables, "lake_files", st.LakeFiles,
-		"stage", st.Stage.Round(time.Millisecond), "decode", st.Decode.Round(time.Millisecond), "lake", st.Lake.Round(time.Millisecond),
-		"merge", st.Merge.Round(time.Millisecond), "commit", st.Commit.Round(time.Millisecond))
-	c.pending = c.pending[:0]
-	c.bytes = 0
+	if st.Events > 0 {
+		c.log.Debug("batch committed", "events", st.Events, "tables", st.Tables, "lake_files", st.LakeFiles,
+			"consistent", batch.Watermark != nil,
+			"stage", st.Stage.Round(time.Millisecond), "decode", st.Decode.Round(time.Millisecond), "lake", st.Lake.Round(time.Millisecond),
+			"merge", st.Merge.Round(time.Millisecond), "commit", st.Commit.Round(time.Millisecond))
+	}
+	c.trim(ctx)
 	return nil
 }
 
-// syncSchemas creates or evolves silver tables from new schema records and
-// starts consuming new topics at the warehouse's offsets.
+// consistentAt reports whether positions (after a batch) stand exactly at
+// bounds in every table topic: then silver holds every transaction up to
+// the watermark and nothing after it. After a batch that was not
+// consistent, a watermark read again can lie behind what is applied.
+func (c *consumer) consistentAt(positions map[string]warehouse.TopicPosition, bounds map[string]map[int32]int64) bool {
+	for topic, pos := range c.committed {
+		if topic == c.wmTopic() || topic == kafka.SchemaTopic(c.kcfg.Prefix) {
+			continue
+		}
+		if p, ok := positions[topic]; ok {
+			pos = p
+		}
+		for part, next := range pos.Next {
+			if next != bounds[topic][part] && (next > 0 || bounds[topic][part] > 0) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// trim deletes committed records from Kafka now and then (kafka.Trim).
+func (c *consumer) trim(ctx context.Context) {
+	if time.Since(c.trimmed) < trimInterval {
+		return
+	}
+	c.trimmed = time.Now()
+	committed := map[string]map[int32]int64{}
+	for topic, pos := range c.committed {
+		if topic != kafka.SchemaTopic(c.kcfg.Prefix) {
+			committed[topic] = pos.Next
+		}
+	}
+	if n, err := c.kafka.Trim(ctx, committed); err != nil {
+		c.log.Warn("trimming Kafka failed; retrying later", "err", err)
+	} else if n > 0 {
+		c.log.Debug("kafka trimmed", "records", n)
+	}
+}
+
+// syncSchemas creates or evolves silver tables from new schema records,
+// keeps a copy of the source's state, and starts consuming new topics at
+// the warehouse's positions.
 func (c *consumer) syncSchemas(ctx context.Context) error {
 	c.synced = time.Now()
-	topic := kafka.SchemaTopic(c.prefix)
+	topic := kafka.SchemaTopic(c.kcfg.Prefix)
 	from, err := c.wh.Offsets(ctx, topic)
 	if err != nil {
 		return err
 	}
-	recs, next, err := c.kafka.Schemas(ctx, from[0])
+	recs, next, reset, err := c.kafka.Schemas(ctx, kafka.Position(from))
 	if err != nil {
 		return err
 	}
-	if len(recs) > 0 {
+	if reset {
+		c.log.Warn("the schema topic was deleted or reset; reading it again from its start", "topic", topic)
+	}
+	var state *change.SourceState
+	if c.stateCopy == nil || !c.stateCopy.Snapshotted || c.stateCopy.Slot != c.slot {
+		if state, err = c.kafka.SourceState(ctx); err != nil {
+			return err
+		}
+		if state != nil && c.stateCopy != nil && equalState(state, c.stateCopy) {
+			state = nil
+		}
+	}
+	if len(recs) > 0 || state != nil || reset {
 		schemas := make([]warehouse.Schema, len(recs))
 		for i, r := range recs {
 			schemas[i] = warehouse.Schema{Topic: r.Topic, Table: r.Table}
 		}
-		if err := c.wh.ApplySchemas(ctx, schemas, topic, next); err != nil {
+		if err := c.wh.ApplySchemas(ctx, schemas, topic, warehouse.TopicPosition(next), state); err != nil {
 			return err
+		}
+		if state != nil {
+			c.stateCopy = state
 		}
 	}
 	for _, t := range c.wh.Topics() {
-		if c.kafka.Assigned(t) {
-			continue
-		}
-		offsets, err := c.wh.Offsets(ctx, t)
-		if err != nil {
+		if err := c.assign(ctx, t, c.kcfg.Partitions); err != nil {
 			return err
 		}
-		if err := c.kafka.Assign(ctx, t, offsets); err != nil {
-			return err
-		}
-		c.applied[t], c.seen[t] = offsets, maps.Clone(offsets)
 	}
 	return nil
 }
 
-// reached reports whether offs is at or past target everywhere.
-func reached(offs, target map[string]map[int32]int64) bool {
+func equalState(a, b *change.SourceState) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+// assign starts consuming topic at the warehouse's position. When the
+// log the warehouse read is gone (Kafka's data was deleted, or the topic
+// is new to it under a new prefix), it reads the present log from its
+// start and the warehouse recognises what it holds by event position.
+func (c *consumer) assign(ctx context.Context, topic string, partitions int) error {
+	if c.kafka.Assigned(topic) {
+		return nil
+	}
+	stored, err := c.wh.Offsets(ctx, topic)
+	if err != nil {
+		return err
+	}
+	from, reset, err := c.kafka.Assign(ctx, topic, partitions, kafka.Position(stored))
+	if err != nil {
+		return err
+	}
+	if reset {
+		c.log.Warn("the Kafka log the warehouse read is gone (its data was deleted or reset); reading the present one from its start, skipping the events the lake and silver hold",
+			"topic", topic, "warehouse_at", c.wh.Floor())
+	}
+	if (reset || len(stored.Next) == 0) && topic != c.wmTopic() {
+		if err := c.wh.LogReset(ctx, topic); err != nil {
+			return err
+		}
+	}
+	pos := warehouse.TopicPosition(from)
+	c.committed[topic], c.seen[topic] = clonePosition(pos), clonePosition(pos)
+	if topic == c.wmTopic() {
+		// Watermarks not yet read leave each partition where it stands.
+		for t, p := range c.committed {
+			if t != c.wmTopic() {
+				c.bounds[t] = maps.Clone(p.Next)
+			}
+		}
+		c.marks = nil
+	} else if reset || c.bounds[topic] == nil {
+		// A watermark read before the topic was assigned knows better.
+		c.bounds[topic] = maps.Clone(pos.Next)
+	}
+	return nil
+}
+
+func clonePosition(p warehouse.TopicPosition) warehouse.TopicPosition {
+	return warehouse.TopicPosition{ID: p.ID, Next: maps.Clone(p.Next)}
+}
+
+// reached reports whether positions are at or past target everywhere.
+func reached(pos map[string]warehouse.TopicPosition, target map[string]map[int32]int64) bool {
 	for topic, parts := range target {
 		for p, end := range parts {
-			if offs[topic][p] < end {
+			if pos[topic].Next[p] < end {
 				return false
 			}
 		}

@@ -117,7 +117,7 @@ func lakeCounts(t *testing.T, cfg *config.Config) counts {
 	defer db.Close()
 	var c counts
 	queryRow(t, db, "SELECT count(*) FROM read_parquet(?, union_by_name = true)", &c.lakeEvents, filepath.Join(cfg.Lake.Dir, "*", "*", "*.parquet"))
-	queryRow(t, db, "SELECT sum(next_offset) FROM lakeflow.offsets WHERE topic NOT LIKE '%._schemas'", &c.consumed)
+	queryRow(t, db, "SELECT sum(next_offset) FROM lakeflow.offsets WHERE topic NOT LIKE '%._schemas' AND topic NOT LIKE '%._watermarks'", &c.consumed)
 	queryRow(t, db, `SELECT (SELECT count(*) FROM silver.orders) + (SELECT count(*) FROM silver.order_items)
 		+ (SELECT count(*) FROM silver.customers) + (SELECT count(*) FROM silver.typed)`, &c.silverRows)
 	return c
@@ -130,7 +130,7 @@ func assertLakeExactlyOnce(t *testing.T, cfg *config.Config, tables ...string) {
 	db := openDuck(t, cfg.Warehouse.Path)
 	defer db.Close()
 	var records int64
-	queryRow(t, db, "SELECT sum(next_offset) FROM lakeflow.offsets WHERE topic NOT LIKE '%._schemas'", &records)
+	queryRow(t, db, "SELECT sum(next_offset) FROM lakeflow.offsets WHERE topic NOT LIKE '%._schemas' AND topic NOT LIKE '%._watermarks'", &records)
 	var events int64
 	for _, table := range tables {
 		glob := filepath.Join(cfg.Lake.Dir, table, "*", "*.parquet")
@@ -173,7 +173,9 @@ func assertSameSilver(t *testing.T, a, b string, tables ...string) {
 		queryRow(t, db, "SELECT count(*) FROM ((FROM a.silver."+table+" EXCEPT ALL FROM b.silver."+table+") UNION ALL (FROM b.silver."+table+" EXCEPT ALL FROM a.silver."+table+"))", &diff)
 		queryRow(t, db, "SELECT count(*) FROM a.silver."+table, &n)
 		if diff != 0 || n == 0 {
-			t.Errorf("silver.%s: %d rows differ between %s and %s (%d rows)", table, diff, a, b, n)
+			var sample string
+			queryRow(t, db, "SELECT coalesce(string_agg(x::VARCHAR, '\n'), '') FROM (SELECT 'a' AS side, * FROM (FROM a.silver."+table+" EXCEPT ALL FROM b.silver."+table+") UNION ALL SELECT 'b', * FROM (FROM b.silver."+table+" EXCEPT ALL FROM a.silver."+table+") ORDER BY ALL LIMIT 6) x", &sample)
+			t.Errorf("silver.%s: %d rows differ between %s and %s (%d rows):\n%s", table, diff, a, b, n, sample)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/kafka"
 	"github.com/lakeflow/lakeflow/pipeline/lake"
@@ -75,17 +76,32 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		return err
 	}
 	defer cons.Close()
-	src := postgres.NewSource(postgres.SourceConfig{
-		DSN: env.dsn, Tables: cfg.Source.Tables, Slot: cfg.Source.Slot,
-		Publication: cfg.Source.Publication, Heartbeat: cfg.Source.Heartbeat,
-	}, log)
-
+	// What the warehouse holds decides where a source whose Kafka data
+	// is gone resumes, and how far the slot may be confirmed.
+	fallback, err := wh.SourceState(ctx)
+	if err != nil {
+		return err
+	}
 	drain := make(chan struct{})
 	if !opts.Follow && opts.Workload == nil {
 		close(drain)
 	}
 	sourceDone := make(chan struct{})
-	c := &consumer{cfg: cfg.Pipeline, prefix: cfg.Kafka.TopicPrefix, kafka: cons, wh: wh, log: log, follow: opts.Follow, sourceDone: sourceDone}
+	c := &consumer{cfg: cfg.Pipeline, kcfg: kcfg, slot: cfg.Source.Slot, kafka: cons, wh: wh, log: log,
+		follow: opts.Follow, sourceDone: sourceDone, stateCopy: fallback}
+	applied, err := wh.AppliedEnd(ctx)
+	if err != nil {
+		return err
+	}
+	c.applied.Store(uint64(applied))
+	src := postgres.NewSource(postgres.SourceConfig{
+		DSN: env.dsn, Tables: cfg.Source.Tables, Slot: cfg.Source.Slot,
+		Publication: cfg.Source.Publication, Heartbeat: cfg.Source.Heartbeat,
+		Applied:   func() change.LSN { return change.LSN(c.applied.Load()) },
+		Delivered: wh.Floor(),
+		Fallback:  fallback,
+	}, log)
+
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(sourceDone)

@@ -38,18 +38,19 @@ func castTo(t string) func(string) string {
 // keep months, days and microseconds apart.
 func duckType(t change.Type) colType {
 	ct := scalarType(t)
-	if !t.Array {
-		return ct
+	// Each array dimension is one more level of list.
+	for d := 0; d < t.Dims; d++ {
+		inner := ct
+		ct = colType{
+			duck:    inner.duck + "[]",
+			extract: inner.extract + "[]",
+			conv:    func(x string) string { return "list_transform(" + x + ", e -> " + inner.conv("e") + ")" },
+		}
+		if inner.toSilver != nil {
+			ct.toSilver = func(x string) string { return "list_transform(" + x + ", e -> " + inner.toSilver("e") + ")" }
+		}
 	}
-	arr := colType{
-		duck:    ct.duck + "[]",
-		extract: "VARCHAR[]",
-		conv:    func(x string) string { return "list_transform(" + x + ", e -> " + ct.conv("e") + ")" },
-	}
-	if ct.toSilver != nil {
-		arr.toSilver = func(x string) string { return "list_transform(" + x + ", e -> " + ct.toSilver("e") + ")" }
-	}
-	return arr
+	return ct
 }
 
 func scalarType(t change.Type) colType {

@@ -25,15 +25,25 @@ import (
 // Warehouse is an open warehouse file. Its methods are not safe for
 // concurrent use: one consumer owns it.
 type Warehouse struct {
-	path   string
-	db     *sql.DB
-	conn   *sql.Conn // temp staging tables live on this one connection
-	lake   *lake.Lake
-	log    *slog.Logger
-	tables map[string]*table // by topic
+	path    string
+	db      *sql.DB
+	conn    *sql.Conn // temp staging tables live on this one connection
+	lake    *lake.Lake
+	log     *slog.Logger
+	tables  map[string]*table // by source table ID
+	byTopic map[string]*table
 	// lakeHigh is, per topic and partition, the highest offset already in
 	// a lake file; replayed events at or below it are not written again.
 	lakeHigh map[string]map[int32]int64
+	// floor is the source position of the last consistent batch: every
+	// event at or before it is in the lake and in silver.
+	floor change.LSN
+	// known are tables whose topic was reset while a batch that was not
+	// consistent had written events after floor to the lake; those events
+	// are in lakeflow_known and are not written again.
+	known map[*table]bool
+	// beforeCommit, if set, runs just before a batch commits (tests).
+	beforeCommit func()
 }
 
 // table is a silver table and the SQL that applies batches to it.
@@ -59,9 +69,11 @@ CREATE TABLE IF NOT EXISTS lakeflow.offsets (
 	topic       VARCHAR NOT NULL,
 	"partition" INTEGER NOT NULL,
 	next_offset BIGINT NOT NULL,
+	topic_id    VARCHAR,
 	updated_at  TIMESTAMPTZ NOT NULL,
 	PRIMARY KEY (topic, "partition")
 );
+ALTER TABLE lakeflow.offsets ADD COLUMN IF NOT EXISTS topic_id VARCHAR;
 CREATE TABLE IF NOT EXISTS lakeflow.lake_files (
 	path         VARCHAR PRIMARY KEY,
 	source_table VARCHAR NOT NULL,
@@ -74,7 +86,22 @@ CREATE TABLE IF NOT EXISTS lakeflow.lake_files (
 	min_seq      UBIGINT NOT NULL,
 	max_seq      UBIGINT NOT NULL,
 	bytes        BIGINT NOT NULL,
+	committed_at TIMESTAMPTZ NOT NULL,
+	topic_id     VARCHAR
+);
+CREATE TABLE IF NOT EXISTS lakeflow.batches (
+	batch        BIGINT PRIMARY KEY,
+	consistent   BOOLEAN NOT NULL,
+	lsn          UBIGINT,
+	end_lsn      UBIGINT,
+	commit_ts    TIMESTAMPTZ,
+	events       BIGINT NOT NULL,
 	committed_at TIMESTAMPTZ NOT NULL
+);
+CREATE TABLE IF NOT EXISTS lakeflow.source_state (
+	id         INTEGER PRIMARY KEY,
+	state      JSON NOT NULL,
+	updated_at TIMESTAMPTZ NOT NULL
 );
 `
 
@@ -95,7 +122,8 @@ func Open(ctx context.Context, cfg config.Warehouse, lk *lake.Lake, log *slog.Lo
 		return nil, openError(path, err)
 	}
 	w := &Warehouse{path: path, db: db, conn: conn, lake: lk, log: log,
-		tables: map[string]*table{}, lakeHigh: map[string]map[int32]int64{}}
+		tables: map[string]*table{}, byTopic: map[string]*table{},
+		lakeHigh: map[string]map[int32]int64{}, known: map[*table]bool{}}
 	if err := w.init(ctx, cfg.MemoryLimit); err != nil {
 		w.Close()
 		return nil, err
@@ -122,6 +150,7 @@ func (w *Warehouse) init(ctx context.Context, memoryLimit int64) error {
 		bootstrap,
 		intervalMacro,
 		"CREATE OR REPLACE TEMP TABLE lakeflow_stage (tbl INTEGER, kafka_partition INTEGER, kafka_offset BIGINT, v VARCHAR)",
+		"CREATE OR REPLACE TEMP TABLE lakeflow_known (tbl INTEGER, seq UBIGINT, ord UINTEGER)",
 	} {
 		if _, err := w.conn.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("initialise warehouse %s: %w", w.path, err)
@@ -157,13 +186,22 @@ func (w *Warehouse) init(ctx context.Context, memoryLimit int64) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
+	var floor sql.NullInt64
+	if err := w.conn.QueryRowContext(ctx, "SELECT max(lsn)::BIGINT FROM lakeflow.batches WHERE consistent").Scan(&floor); err != nil {
+		return err
+	}
+	w.floor = change.LSN(floor.Int64)
 	return w.loadLakeHigh(ctx)
 }
 
 // loadLakeHigh takes the lake's high offsets from lakeflow.lake_files and
 // from the files themselves: a new warehouse may sit on an existing lake.
 func (w *Warehouse) loadLakeHigh(ctx context.Context) error {
-	rows, err := w.conn.QueryContext(ctx, `SELECT topic, "partition", max(last_offset) FROM lakeflow.lake_files GROUP BY ALL`)
+	// Offsets count within one incarnation of a topic (its ID): files
+	// written from an earlier one say nothing about the present log.
+	rows, err := w.conn.QueryContext(ctx, `SELECT f.topic, f."partition", max(f.last_offset) FROM lakeflow.lake_files f
+		JOIN (SELECT DISTINCT topic, topic_id FROM lakeflow.offsets) o ON o.topic = f.topic AND o.topic_id IS NOT DISTINCT FROM f.topic_id
+		GROUP BY ALL`)
 	if err != nil {
 		return err
 	}
@@ -180,24 +218,30 @@ func (w *Warehouse) loadLakeHigh(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	for topic, t := range w.tables {
-		if err := w.scanLake(topic, t.schema); err != nil {
+	for _, t := range w.tables {
+		if _, ok := w.lakeHigh[t.topic]; ok {
+			continue
+		}
+		if err := w.scanLake(t); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (w *Warehouse) scanLake(topic string, t *change.Table) error {
-	high, err := w.lake.HighOffsets(t.Name)
+func (w *Warehouse) scanLake(t *table) error {
+	high, err := w.lake.HighOffsets(lakeDir(t.schema))
 	if err != nil {
-		return fmt.Errorf("read lake %s: %w", t.Name, err)
+		return fmt.Errorf("read lake %s: %w", t.schema.ID(), err)
 	}
 	for p, off := range high {
-		w.raiseLakeHigh(topic, p, off)
+		w.raiseLakeHigh(t.topic, p, off)
 	}
 	return nil
 }
+
+// lakeDir is the directory of a table in the lake (change.SafeName).
+func lakeDir(t *change.Table) string { return change.SafeName(t.Name) }
 
 func (w *Warehouse) raiseLakeHigh(topic string, part int32, off int64) {
 	if w.lakeHigh[topic] == nil {
@@ -218,28 +262,60 @@ func (w *Warehouse) Path() string { return w.path }
 
 // Topics lists the topics of the registered tables.
 func (w *Warehouse) Topics() []string {
-	out := make([]string, 0, len(w.tables))
-	for topic := range w.tables {
+	out := make([]string, 0, len(w.byTopic))
+	for topic := range w.byTopic {
 		out = append(out, topic)
 	}
 	return out
 }
 
-// Offsets returns the next offset to consume for each partition of topic.
-func (w *Warehouse) Offsets(ctx context.Context, topic string) (map[int32]int64, error) {
-	rows, err := w.conn.QueryContext(ctx, `SELECT "partition", next_offset FROM lakeflow.offsets WHERE topic = ?`, topic)
+// Floor is the source position silver was at after the last consistent
+// batch: every event at or before it is applied.
+func (w *Warehouse) Floor() change.LSN { return w.floor }
+
+// TopicPosition is where the warehouse stands in a topic: the topic's ID
+// when it was read, and the next offset of each partition.
+type TopicPosition struct {
+	ID   string
+	Next map[int32]int64
+}
+
+// Offsets returns where the warehouse stands in topic.
+func (w *Warehouse) Offsets(ctx context.Context, topic string) (TopicPosition, error) {
+	pos := TopicPosition{Next: map[int32]int64{}}
+	rows, err := w.conn.QueryContext(ctx, `SELECT "partition", next_offset, coalesce(topic_id, '') FROM lakeflow.offsets WHERE topic = ?`, topic)
 	if err != nil {
-		return nil, err
+		return pos, err
 	}
 	defer rows.Close()
-	out := map[int32]int64{}
 	for rows.Next() {
 		var p int32
 		var off int64
-		if err := rows.Scan(&p, &off); err != nil {
-			return nil, err
+		if err := rows.Scan(&p, &off, &pos.ID); err != nil {
+			return pos, err
 		}
-		out[p] = off
+		pos.Next[p] = off
 	}
-	return out, rows.Err()
+	return pos, rows.Err()
+}
+
+// offsetRows renders positions as lakeflow.offsets rows.
+func offsetRows(positions map[string]TopicPosition) []string {
+	var rows []string
+	for topic, pos := range positions {
+		for p, off := range pos.Next {
+			rows = append(rows, fmt.Sprintf("(%s, %d, %d, %s, now())", literal(topic), p, off, literal(pos.ID)))
+		}
+	}
+	return rows
+}
+
+// saveOffsets records positions; it runs inside the caller's transaction.
+func (w *Warehouse) saveOffsets(ctx context.Context, positions map[string]TopicPosition) error {
+	rows := offsetRows(positions)
+	if len(rows) == 0 {
+		return nil
+	}
+	_, err := w.conn.ExecContext(ctx, `INSERT OR REPLACE INTO lakeflow.offsets (topic, "partition", next_offset, topic_id, updated_at) VALUES `+strings.Join(rows, ", "))
+	return err
 }

@@ -48,7 +48,7 @@ func (f *fixture) open() {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	if err := f.wh.ApplySchemas(context.Background(), []Schema{{topic, acct}}, "lf._schemas", 1); err != nil {
+	if err := f.wh.ApplySchemas(context.Background(), []Schema{{topic, acct}}, "lf._schemas", schemaPos(1), nil); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -89,9 +89,16 @@ func (f *fixture) rec(op change.Op, seq, ord int, vals ...string) Record {
 	return r
 }
 
+func schemaPos(next int64) TopicPosition { return TopicPosition{ID: "s", Next: map[int32]int64{0: next}} }
+
+// apply applies recs as one consistent batch.
 func (f *fixture) apply(recs ...Record) BatchStats {
 	f.t.Helper()
-	st, err := f.wh.Apply(context.Background(), recs)
+	pos := TopicPosition{ID: "t", Next: map[int32]int64{}}
+	for _, r := range recs {
+		pos.Next[r.Partition] = max(pos.Next[r.Partition], r.Offset+1)
+	}
+	st, err := f.wh.Apply(context.Background(), Batch{Records: recs, Positions: map[string]TopicPosition{topic: pos}})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -187,7 +194,7 @@ func TestOpenFinishesInterruptedBatches(t *testing.T) {
 	lk, _ := lake.Open(filepath.Join(f.dir, "lake"))
 	// A batch that committed but whose file was not yet renamed, and a
 	// batch that never committed.
-	committed := lk.NewFile("acct", "2024-02-29", 0, 0, 0)
+	committed := lk.NewFile("acct", "2024-02-29", lake.Span{MinSeq: 100, MaxSeq: 100})
 	var path string
 	db, err := sql.Open("duckdb", filepath.Join(f.dir, "w.duckdb"))
 	if err != nil {
@@ -201,7 +208,7 @@ func TestOpenFinishesInterruptedBatches(t *testing.T) {
 	if err := os.Rename(final, committed.Staging); err != nil {
 		t.Fatal(err)
 	}
-	orphan := lk.NewFile("acct", "2024-02-29", 0, 1, 1)
+	orphan := lk.NewFile("acct", "2024-02-29", lake.Span{First: 1, Last: 1, MinSeq: 200, MaxSeq: 200})
 	if err := os.WriteFile(orphan.Staging, []byte("torn"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -224,19 +231,19 @@ func TestSchemaEvolution(t *testing.T) {
 	wider := &change.Table{Schema: acct.Schema, Name: acct.Name,
 		Columns: append(append([]change.Column(nil), acct.Columns...), change.Column{Name: "note", Type: change.Type{Kind: change.KindText, Name: "text"}})}
 	ctx := context.Background()
-	if err := f.wh.ApplySchemas(ctx, []Schema{{topic, wider}}, "lf._schemas", 2); err != nil {
+	if err := f.wh.ApplySchemas(ctx, []Schema{{topic, wider}}, "lf._schemas", schemaPos(2), nil); err != nil {
 		t.Fatal(err)
 	}
 	f.apply(f.rec(change.OpCreate, 100, 1, "1", "a", ""))
-	if got, _ := f.wh.Offsets(ctx, "lf._schemas"); got[0] != 2 {
+	if got, _ := f.wh.Offsets(ctx, "lf._schemas"); got.Next[0] != 2 {
 		t.Fatalf("schema topic offset %v, want 2", got)
 	}
 	narrower := &change.Table{Schema: acct.Schema, Name: acct.Name, Columns: acct.Columns[:2]}
-	err := f.wh.ApplySchemas(ctx, []Schema{{topic, narrower}}, "lf._schemas", 3)
+	err := f.wh.ApplySchemas(ctx, []Schema{{topic, narrower}}, "lf._schemas", schemaPos(3), nil)
 	if !errors.Is(err, fault.ErrSchemaBreak) {
 		t.Fatalf("a dropped column: want a breaking-change error, got %v", err)
 	}
-	if got, _ := f.wh.Offsets(ctx, "lf._schemas"); got[0] != 2 {
+	if got, _ := f.wh.Offsets(ctx, "lf._schemas"); got.Next[0] != 2 {
 		t.Fatalf("a refused schema moved the schema topic offset to %v", got)
 	}
 }

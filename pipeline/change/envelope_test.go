@@ -34,7 +34,7 @@ var orders = &Table{Schema: "public", Name: "orders", Columns: []Column{
 	{Name: "status", Type: Type{Kind: KindText, Name: "text"}},
 	{Name: "total", Type: Type{Kind: KindNumeric, Name: "numeric(12,2)", Precision: 12, Scale: 2}},
 	{Name: "created_at", Type: Type{Kind: KindTimestampTZ, Name: "timestamp with time zone"}},
-	{Name: "tags", Type: Type{Kind: KindText, Name: "text[]", Array: true}},
+	{Name: "tags", Type: Type{Kind: KindText, Name: "text[]", Dims: 1}},
 }}
 
 func row(vals ...string) []Datum {

@@ -18,8 +18,8 @@ func (l LSN) String() string { return fmt.Sprintf("%X/%X", uint32(l>>32), uint32
 // event's transaction, Ord its ordinal inside the transaction (1, 2, …).
 // Snapshot rows carry the slot's consistent point and Ord 0.
 type Position struct {
-	Seq LSN
-	Ord uint32
+	Seq LSN    `json:"seq"`
+	Ord uint32 `json:"ord"`
 }
 
 // Less reports whether p comes before q.

@@ -1,9 +1,5 @@
 package change
 
-import (
-	"fmt"
-)
-
 // Kind is the family of a PostgreSQL type, which decides how its values are
 // written into the envelope and which DuckDB type holds them.
 type Kind string
@@ -37,20 +33,46 @@ const (
 type Type struct {
 	Kind Kind `json:"kind"`
 	// Name is PostgreSQL's own spelling, e.g. "numeric(12,2)" or "integer[]".
-	Name  string `json:"name"`
-	Array bool   `json:"array,omitempty"`
+	Name string `json:"name"`
+	// Dims is the number of array dimensions (0: not an array). PostgreSQL
+	// does not enforce it; it is the column's declared dimensions.
+	Dims int `json:"dims,omitempty"`
 	// Precision and Scale are set for constrained numeric; Precision 0
 	// means unconstrained.
 	Precision int `json:"precision,omitempty"`
 	Scale     int `json:"scale,omitempty"`
+	// Length is the declared length of varchar(n) and char(n); 0 means
+	// unbounded. Fixed marks char(n), whose values are padded to it.
+	Length int  `json:"length,omitempty"`
+	Fixed  bool `json:"fixed,omitempty"`
 }
+
+// IsArray reports whether the type is an array type.
+func (t Type) IsArray() bool { return t.Dims > 0 }
 
 // Column is one source column.
 type Column struct {
 	Name string `json:"name"`
 	Type Type   `json:"type"`
 	Key  bool   `json:"key,omitempty"`
+	// Fill is set when the column was added with a constant DEFAULT:
+	// PostgreSQL gives the rows that existed then that value without
+	// rewriting them, so no change event carries it.
+	Fill Fill `json:"fill,omitzero"`
 }
+
+// Fill is the value rows that predate a column have in it. Events before
+// the position Before were written without the column; their rows hold
+// the value there.
+type Fill struct {
+	Before Position `json:"before"`
+	// Null, or Text in PostgreSQL's text output format.
+	Null bool   `json:"null,omitempty"`
+	Text string `json:"text,omitempty"`
+}
+
+// Set reports whether the column has a fill value.
+func (f Fill) Set() bool { return f.Before.Seq != 0 }
 
 // Table is the schema of one captured table as lakeflow last saw it.
 // Columns must not change after first use.
@@ -58,11 +80,19 @@ type Table struct {
 	Schema  string   `json:"schema"`
 	Name    string   `json:"table"`
 	Columns []Column `json:"columns"`
-	keys    []int
+	// Storage identifies the relations that hold the rows (relfilenodes
+	// of the table or its leaf partitions): it changes when PostgreSQL
+	// rewrites the table.
+	Storage []uint32 `json:"storage,omitempty"`
+	// Since is the position this schema took effect at: events from there
+	// on have its columns.
+	Since Position `json:"since"`
+	keys  []int
 }
 
-// ID is schema.table.
-func (t *Table) ID() string { return t.Schema + "." + t.Name }
+// ID is the table's qualified name, as source.tables spells it
+// (QualifiedName).
+func (t *Table) ID() string { return QualifiedName(t.Schema, t.Name) }
 
 // KeyColumns returns the indexes of the primary-key columns, in order.
 // It is called per event, so the answer is kept.
@@ -88,63 +118,3 @@ func (t *Table) Column(name string) int {
 	return -1
 }
 
-// Equal reports whether two schemas are identical.
-func (t *Table) Equal(u *Table) bool {
-	if t.Schema != u.Schema || t.Name != u.Name || len(t.Columns) != len(u.Columns) {
-		return false
-	}
-	for i := range t.Columns {
-		if t.Columns[i] != u.Columns[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// BreakingChange describes a schema change that lakeflow cannot apply
-// without rewriting history: a dropped, renamed or retyped column, or a
-// different primary key.
-type BreakingChange struct {
-	Table  string
-	Reason string
-}
-
-func (e *BreakingChange) Error() string {
-	return fmt.Sprintf("table %s: %s", e.Table, e.Reason)
-}
-
-// CheckEvolution accepts next as the successor of t when it only appends
-// new nullable-compatible columns (additive change) and returns the added
-// columns. Anything else is a *BreakingChange.
-func (t *Table) CheckEvolution(next *Table) ([]Column, error) {
-	brk := func(format string, args ...any) error {
-		return &BreakingChange{Table: t.ID(), Reason: fmt.Sprintf(format, args...)}
-	}
-	for _, old := range t.Columns {
-		i := next.Column(old.Name)
-		if i < 0 {
-			return nil, brk("column %s was dropped or renamed", old.Name)
-		}
-		nc := next.Columns[i]
-		if nc.Type != old.Type {
-			return nil, brk("column %s changed type from %s to %s", old.Name, old.Type.Name, nc.Type.Name)
-		}
-		if nc.Key != old.Key {
-			return nil, brk("primary key changed (column %s)", old.Name)
-		}
-	}
-	var added []Column
-	for i, c := range next.Columns {
-		if i < len(t.Columns) {
-			if c.Name != t.Columns[i].Name {
-				return nil, brk("columns were reordered at %s", c.Name)
-			}
-			continue
-		}
-		if c.Key {
-			return nil, brk("primary key changed (new key column %s)", c.Name)
-		}
-		added = append(added, c)
-	}
-	return added, nil
-}

@@ -24,7 +24,7 @@ var errSyntax = errors.New("unexpected text for this type")
 // PostgreSQL's text output format (sessions use DateStyle ISO, TimeZone
 // UTC, IntervalStyle iso_8601, bytea_output hex, lc_monetary C).
 func AppendValue(dst []byte, t Type, text []byte) ([]byte, error) {
-	if t.Array {
+	if t.IsArray() {
 		return appendArray(dst, t.Kind, text)
 	}
 	return appendScalar(dst, t.Kind, text)

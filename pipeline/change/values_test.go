@@ -47,13 +47,13 @@ func TestAppendValue(t *testing.T) {
 		{Type{Kind: KindTimestampTZ}, "infinity", `"infinity"`},
 		{Type{Kind: KindInterval}, "P-1Y-2M3DT-4H-5M-6S", `"P-1Y-2M3DT-4H-5M-6S"`},
 		{Type{Kind: KindJSONB}, `{"a": [1, "x"]}`, `"{\"a\": [1, \"x\"]}"`},
-		{Type{Kind: KindInt4, Array: true}, "{1,2,NULL}", `[1,2,null]`},
-		{Type{Kind: KindInt4, Array: true}, "{{1,2},{3,NULL}}", `[[1,2],[3,null]]`},
-		{Type{Kind: KindInt4, Array: true}, "[0:1]={7,8}", `[7,8]`},
-		{Type{Kind: KindText, Array: true}, `{"a b","c\"d",NULL,"NULL",",",x\\y}`, `["a b","c\"d",null,"NULL",",","x\\y"]`},
-		{Type{Kind: KindText, Array: true}, `{}`, `[]`},
-		{Type{Kind: KindDate, Array: true}, `{1970-01-02,NULL}`, `[1,null]`},
-		{Type{Kind: KindBytea, Array: true}, `{"\\x01",NULL}`, `["AQ==",null]`},
+		{Type{Kind: KindInt4, Dims: 1}, "{1,2,NULL}", `[1,2,null]`},
+		{Type{Kind: KindInt4, Dims: 1}, "{{1,2},{3,NULL}}", `[[1,2],[3,null]]`},
+		{Type{Kind: KindInt4, Dims: 1}, "[0:1]={7,8}", `[7,8]`},
+		{Type{Kind: KindText, Dims: 1}, `{"a b","c\"d",NULL,"NULL",",",x\\y}`, `["a b","c\"d",null,"NULL",",","x\\y"]`},
+		{Type{Kind: KindText, Dims: 1}, `{}`, `[]`},
+		{Type{Kind: KindDate, Dims: 1}, `{1970-01-02,NULL}`, `[1,null]`},
+		{Type{Kind: KindBytea, Dims: 1}, `{"\\x01",NULL}`, `["AQ==",null]`},
 	} {
 		got, err := AppendValue(nil, tc.typ, []byte(tc.text))
 		if err != nil {
@@ -82,7 +82,7 @@ func TestAppendValueRejectsGarbage(t *testing.T) {
 			t.Errorf("%s %q: accepted as %s", tc.kind, tc.text, got)
 		}
 	}
-	if _, err := AppendValue(nil, Type{Kind: KindInt4, Array: true}, []byte("{1,2")); err == nil {
+	if _, err := AppendValue(nil, Type{Kind: KindInt4, Dims: 1}, []byte("{1,2")); err == nil {
 		t.Error("unterminated array accepted")
 	}
 }
@@ -111,7 +111,10 @@ func FuzzAppendValue(f *testing.F) {
 	f.Fuzz(func(t *testing.T, kind uint8, array bool, text []byte) {
 		kinds := []Kind{KindInt4, KindFloat8, KindText, KindTimestampTZ, KindTimestamp, KindDate,
 			KindTime, KindBytea, KindBool, KindMoney, KindNumeric}
-		typ := Type{Kind: kinds[int(kind)%len(kinds)], Array: array}
+		typ := Type{Kind: kinds[int(kind)%len(kinds)]}
+		if array {
+			typ.Dims = 1
+		}
 		got, err := AppendValue(nil, typ, text)
 		if err == nil && !json.Valid(got) {
 			t.Fatalf("%s %q produced invalid JSON %s", typ.Kind, text, got)

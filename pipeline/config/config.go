@@ -49,15 +49,6 @@ type EmbeddedPostgres struct {
 	Database string
 }
 
-// Table names one captured source table.
-type Table struct {
-	Schema string
-	Name   string
-}
-
-// String returns schema.name.
-func (t Table) String() string { return t.Schema + "." + t.Name }
-
 // Kafka configures the broker connection, or the embedded broker when
 // Brokers is empty.
 type Kafka struct {

@@ -184,25 +184,7 @@ func (f file) resolve(base string) (*Config, []string) {
 	if len(s.Tables) == 0 {
 		bad("source.tables", "list at least one table, like [\"public.orders\"]")
 	}
-	seen := map[string]string{}
-	for _, t := range s.Tables {
-		schema, name, ok := strings.Cut(t, ".")
-		if !ok {
-			schema, name = "public", t
-		}
-		if !identRe.MatchString(schema) || !identRe.MatchString(name) {
-			bad("source.tables", "%q must be schema.table in lower-case identifiers", t)
-			continue
-		}
-		// silver.<table> is named after the table alone, so two schemas
-		// cannot both bring a table of the same name.
-		if prev, dup := seen[name]; dup {
-			bad("source.tables", "%q and %q would share silver.%s", prev, t, name)
-			continue
-		}
-		seen[name] = t
-		c.Source.Tables = append(c.Source.Tables, Table{Schema: schema, Name: name})
-	}
+	c.Source.Tables = tableList(s.Tables, func(format string, args ...any) { bad("source.tables", format, args...) })
 
 	k := f.Kafka
 	c.Kafka = Kafka{

@@ -55,6 +55,9 @@ func StartBroker(dir, listen string, log *slog.Logger) (*Broker, error) {
 			// kfake applies retention every log.cleaner.backoff.ms (an
 			// hour by default); topics carry their own retention.
 			"log.cleaner.backoff.ms": "60000",
+			// Nothing is deleted by age unless a topic asks: lakeflow trims
+			// its topics itself, never below what the warehouse committed.
+			"log.retention.ms": "-1",
 		}),
 	}
 	if host != "127.0.0.1" && host != "localhost" {

@@ -7,19 +7,34 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 )
 
-// Consumer reads table topics at offsets the caller keeps (the warehouse
-// stores them in the same transaction as the data), so no consumer group
-// is involved.
+// Consumer reads table topics and the watermark topic at offsets the
+// caller keeps (the warehouse stores them in the same transaction as the
+// data), so no consumer group is involved. It never skips a record: a
+// partition whose records were deleted before they were read is an error,
+// never a silent jump to what is left.
 type Consumer struct {
 	cfg      Config
 	cl       *kgo.Client
 	adm      *kadm.Client
 	assigned map[string]bool
+	// next is, per topic and partition, the offset the next record must
+	// have.
+	next map[string]map[int32]int64
+}
+
+// Position is where a reader stands in a topic: the topic's ID (which
+// changes when it is deleted and created again) and the next offset of
+// each partition.
+type Position struct {
+	ID   string
+	Next map[int32]int64
 }
 
 // NewConsumer connects to the brokers.
@@ -29,57 +44,88 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		kgo.FetchMaxPartitionBytes(8<<20),
 		kgo.FetchMaxWait(200*time.Millisecond),
 		kgo.MaxConcurrentFetches(1),
+		// Out of range is an error, never a reset to the log start (which
+		// would skip what retention deleted).
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
 	)
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg, cl: cl, adm: kadm.NewClient(cl), assigned: map[string]bool{}}, nil
+	return &Consumer{cfg: cfg, cl: cl, adm: kadm.NewClient(cl), assigned: map[string]bool{}, next: map[string]map[int32]int64{}}, nil
 }
 
 // Close releases the client.
 func (c *Consumer) Close() { c.cl.Close() }
 
-// Schemas returns the schema records from offset from on, and the offset
-// after them.
-func (c *Consumer) Schemas(ctx context.Context, from int64) ([]SchemaRecord, int64, error) {
-	return ReadSchemas(ctx, c.cfg.Brokers, c.cl, c.cfg.Prefix, from)
+// Schemas returns the schema records after pos, and the position after
+// them; reset reports that the log pos was read from is gone (the topic
+// was deleted, or its data reset) and the records are all of the new one.
+func (c *Consumer) Schemas(ctx context.Context, pos Position) (recs []SchemaRecord, next Position, reset bool, err error) {
+	return ReadSchemas(ctx, c.cfg.Brokers, c.cl, c.cfg.Prefix, pos)
+}
+
+// SourceState returns the source's last saved state, or nil.
+func (c *Consumer) SourceState(ctx context.Context) (*change.SourceState, error) {
+	return loadState(ctx, c.cfg.Brokers, c.cl, c.cfg.Prefix)
 }
 
 // Assigned reports whether topic is being consumed.
 func (c *Consumer) Assigned(topic string) bool { return c.assigned[topic] }
 
-// Assign starts consuming every partition of topic, each at its offset in
-// next (0 when absent). It refuses offsets the log no longer or not yet
-// has: both mean Kafka and the warehouse disagree about history.
-func (c *Consumer) Assign(ctx context.Context, topic string, next map[int32]int64) error {
+// Assign starts consuming every partition of topic (creating it with
+// partitions partitions if it does not exist) at pos, and returns where it
+// started. When the log pos was read from is gone — the topic has another
+// ID (deleted and created again: the Kafka data was deleted), or it ends
+// before pos (its data was reset) — it starts at the beginning of the
+// present log and reports reset; the caller must then recognise records
+// it already holds by their event positions. A log that starts after pos
+// lost records to retention that were never read: that is an error.
+func (c *Consumer) Assign(ctx context.Context, topic string, partitions int, pos Position) (Position, bool, error) {
+	if _, err := ensureTopic(ctx, c.cl, topic, partitions, tableTopicConfigs()); err != nil {
+		return Position{}, false, err
+	}
+	_, id, err := describeTopic(ctx, c.cl, topic)
+	if err != nil {
+		return Position{}, false, unavailable("describe topic "+topic, err)
+	}
 	start, end, err := offsets(ctx, c.adm, topic)
 	if err != nil {
-		return err
+		return Position{}, false, err
 	}
-	parts := map[int32]kgo.Offset{}
+	reset := pos.ID != "" && pos.ID != id
+	end.Each(func(e kadm.ListedOffset) {
+		if pos.Next[e.Partition] > e.Offset {
+			reset = true
+		}
+	})
+	from := Position{ID: id, Next: map[int32]int64{}}
 	var problems []error
 	start.Each(func(s kadm.ListedOffset) {
-		e, _ := end.Lookup(topic, s.Partition)
-		at := next[s.Partition]
+		at := pos.Next[s.Partition]
 		switch {
+		case reset:
+			at = s.Offset
 		case at < s.Offset:
-			problems = append(problems, fmt.Errorf("%s/%d starts at offset %d (retention removed older records) but the warehouse has read only up to %d: rebuild the warehouse from the lake",
+			problems = append(problems, fmt.Errorf("%s/%d starts at offset %d but the warehouse has read only up to %d: records it never read were deleted (the topic's own retention?); lakeflow cannot recover them from Kafka",
 				topic, s.Partition, s.Offset, at))
-		case at > e.Offset:
-			problems = append(problems, fmt.Errorf("%s/%d ends at offset %d but the warehouse has read up to %d: the Kafka data was reset; point warehouse.path at a fresh file to rebuild it",
-				topic, s.Partition, e.Offset, at))
 		}
-		parts[s.Partition] = kgo.NewOffset().At(at)
+		from.Next[s.Partition] = at
 	})
 	if len(problems) > 0 {
-		return fmt.Errorf("%w: %w", fault.ErrUnavailable, errors.Join(problems...))
+		return Position{}, false, fmt.Errorf("%w: %w", fault.ErrUnavailable, errors.Join(problems...))
+	}
+	parts := map[int32]kgo.Offset{}
+	for p, at := range from.Next {
+		parts[p] = kgo.NewOffset().At(at)
 	}
 	c.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts})
 	c.assigned[topic] = true
-	return nil
+	c.next[topic] = from.Next
+	return from, reset, nil
 }
 
 // Poll waits for records (up to max) until ctx is done or wait passes.
+// Every partition's records must follow on without a gap.
 func (c *Consumer) Poll(ctx context.Context, max int, wait time.Duration) ([]*kgo.Record, error) {
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -88,9 +134,22 @@ func (c *Consumer) Poll(ctx context.Context, max int, wait time.Duration) ([]*kg
 		if errors.Is(fe.Err, context.DeadlineExceeded) || errors.Is(fe.Err, context.Canceled) {
 			continue
 		}
+		if errors.Is(fe.Err, kerr.OffsetOutOfRange) {
+			return nil, fmt.Errorf("%w: kafka: %s/%d: records the warehouse had not read from offset %d on were deleted (retention): lakeflow cannot recover them from Kafka",
+				fault.ErrUnavailable, fe.Topic, fe.Partition, c.next[fe.Topic][fe.Partition])
+		}
 		return nil, unavailable(fmt.Sprintf("fetch %s/%d", fe.Topic, fe.Partition), fe.Err)
 	}
-	return fetches.Records(), nil
+	recs := fetches.Records()
+	for _, r := range recs {
+		want := c.next[r.Topic][r.Partition]
+		if r.Offset != want {
+			return nil, fmt.Errorf("%w: kafka: %s/%d: records %d to %d are missing (deleted before the warehouse read them); lakeflow cannot recover them from Kafka",
+				fault.ErrUnavailable, r.Topic, r.Partition, want, r.Offset-1)
+		}
+		c.next[r.Topic][r.Partition] = r.Offset + 1
+	}
+	return recs, nil
 }
 
 // EndOffsets returns the end offset of every partition of topics.

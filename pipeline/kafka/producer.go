@@ -21,9 +21,15 @@ import (
 // which stops the source with a clear error instead of hanging.
 const deliveryTimeout = 2 * time.Minute
 
-// Producer writes the source's events to one topic per table and keeps
-// the source's state in Kafka, next to the events. It implements
-// postgres.Sink and postgres.StateStore.
+// watermarkInterval is how often the producer publishes a watermark when
+// more transactions became durable.
+const watermarkInterval = 50 * time.Millisecond
+
+// Producer writes the source's events to one topic per table, publishes
+// watermarks (the transaction boundaries Kafka has acknowledged, with the
+// end offset of every partition written) and keeps the source's state in
+// Kafka, next to the events. It implements postgres.Sink and
+// postgres.StateStore.
 //
 // Only one goroutine (the source's) may call Schema, Event, EndTxn,
 // SaveState and the Load methods; Durable and Flush are safe from any.
@@ -36,14 +42,24 @@ type Producer struct {
 	hasher kgo.TopicPartitioner
 	probe  kgo.Record // reused to ask hasher for a key's partition
 
-	topics  map[string]*topicState // by table ID
-	touched []*partState           // partitions produced to since the last boundary
-	slab    []byte
+	topics       map[string]*topicState // by table ID
+	touched      []*partState           // partitions produced to since the last boundary
+	slab         []byte
+	wmTopicReady bool
 
-	mu      sync.Mutex // guards pending
+	mu      sync.Mutex // guards pending, last and moved
 	pending []boundary
+	last    change.Boundary // the newest durable boundary
+	// moved are partitions whose end offset the next watermark must
+	// carry, with the lowest watermark position that may carry it.
+	moved   map[*partState]movedTo
 	durable atomic.Uint64
 	failed  atomic.Pointer[error]
+
+	wmMu      sync.Mutex // serializes watermark publishing
+	published change.LSN // Seq of the last watermark produced
+	stop      chan struct{}
+	stopped   chan struct{}
 }
 
 type topicState struct {
@@ -53,23 +69,34 @@ type topicState struct {
 
 // partState tracks one topic partition. produced is counted by the source
 // goroutine; acked by kgo's promises, which run in produce order per
-// partition, so acked >= n means the first n records are in Kafka.
+// partition, so acked >= n means the first n records are in Kafka, at
+// offsets base .. base+n-1.
 type partState struct {
 	topic     string
 	partition int32
 	// high is the highest position in this partition; stream events at or
 	// below it are already in Kafka (PostgreSQL re-sends after a restart).
 	high     change.Position
+	base     int64 // end offset when the producer opened the partition
 	produced int64
 	acked    atomic.Int64
-	touched  bool
-	promise  func(*kgo.Record, error)
+	// broken is set on the first failed or misplaced record: nothing
+	// after it counts as acknowledged, so the slot can never be confirmed
+	// past a record Kafka does not hold.
+	broken  atomic.Bool
+	touched bool
+	promise func(*kgo.Record, error)
+}
+
+type movedTo struct {
+	offset int64
+	minSeq change.LSN
 }
 
 // boundary is the end of a transaction: it is durable once every
 // partition it touched has acknowledged up to the recorded count.
 type boundary struct {
-	end   change.LSN
+	change.Boundary
 	marks []mark
 }
 
@@ -78,7 +105,7 @@ type mark struct {
 	produced int64
 }
 
-// NewProducer connects to the brokers.
+// NewProducer connects to the brokers and starts publishing watermarks.
 func NewProducer(cfg Config, log *slog.Logger) (*Producer, error) {
 	cl, err := newClient(cfg.Brokers,
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
@@ -92,16 +119,24 @@ func NewProducer(cfg Config, log *slog.Logger) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Producer{
+	p := &Producer{
 		cfg: cfg, cl: cl, adm: kadm.NewClient(cl), log: log,
 		env:    change.Envelope{Name: cfg.Prefix, Database: cfg.Database},
 		hasher: kgo.StickyKeyPartitioner(nil).ForTopic(""),
 		topics: map[string]*topicState{},
-	}, nil
+		moved:  map[*partState]movedTo{},
+		stop:   make(chan struct{}), stopped: make(chan struct{}),
+	}
+	go p.watermarks()
+	return p, nil
 }
 
-// Close releases the client; call Flush first.
-func (p *Producer) Close() { p.cl.Close() }
+// Close stops the watermarks and releases the client; call Flush first.
+func (p *Producer) Close() {
+	close(p.stop)
+	<-p.stopped
+	p.cl.Close()
+}
 
 func (p *Producer) err() error {
 	if e := p.failed.Load(); e != nil {
@@ -109,6 +144,8 @@ func (p *Producer) err() error {
 	}
 	return nil
 }
+
+func (p *Producer) fail(err error) { p.failed.CompareAndSwap(nil, &err) }
 
 // Schema records t in the schema topic and waits for Kafka to have it.
 func (p *Producer) Schema(ctx context.Context, t *change.Table) error {
@@ -180,16 +217,16 @@ func (p *Producer) partitionOf(key []byte, n int) int {
 	return p.hasher.Partition(&p.probe, n)
 }
 
-// EndTxn closes a transaction boundary at end.
-func (p *Producer) EndTxn(end change.LSN) {
-	b := boundary{end: end, marks: make([]mark, len(p.touched))}
+// EndTxn closes a transaction boundary.
+func (p *Producer) EndTxn(b change.Boundary) {
+	nb := boundary{Boundary: b, marks: make([]mark, len(p.touched))}
 	for i, part := range p.touched {
-		b.marks[i] = mark{part: part, produced: part.produced}
+		nb.marks[i] = mark{part: part, produced: part.produced}
 		part.touched = false
 	}
 	p.touched = p.touched[:0]
 	p.mu.Lock()
-	p.pending = append(p.pending, b)
+	p.pending = append(p.pending, nb)
 	p.mu.Unlock()
 }
 
@@ -203,7 +240,7 @@ func (p *Producer) Durable() change.LSN {
 		b := p.pending[n]
 		ok := true
 		for _, m := range b.marks {
-			if m.part.acked.Load() < m.produced {
+			if m.part.broken.Load() || m.part.acked.Load() < m.produced {
 				ok = false
 				break
 			}
@@ -211,7 +248,11 @@ func (p *Producer) Durable() change.LSN {
 		if !ok {
 			break
 		}
-		p.durable.Store(uint64(b.end))
+		for _, m := range b.marks {
+			p.moved[m.part] = movedTo{offset: m.part.base + m.produced, minSeq: b.Seq}
+		}
+		p.last = b.Boundary
+		p.durable.Store(uint64(b.End))
 	}
 	if n > 0 {
 		p.pending = append(p.pending[:0], p.pending[n:]...)
@@ -219,13 +260,78 @@ func (p *Producer) Durable() change.LSN {
 	return change.LSN(p.durable.Load())
 }
 
-// Flush waits until Kafka has acknowledged every record produced so far.
+// Flush waits until Kafka has acknowledged every record produced so far
+// and a watermark names the last transaction.
 func (p *Producer) Flush(ctx context.Context) error {
 	if err := p.cl.Flush(ctx); err != nil {
 		return err
 	}
-	p.Durable()
+	if err := p.err(); err != nil {
+		return err
+	}
+	if err := p.publishWatermark(); err != nil {
+		return err
+	}
+	if err := p.cl.Flush(ctx); err != nil {
+		return err
+	}
 	return p.err()
+}
+
+// watermarks publishes a watermark whenever more became durable.
+func (p *Producer) watermarks() {
+	defer close(p.stopped)
+	t := time.NewTicker(watermarkInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+			if err := p.publishWatermark(); err != nil {
+				p.fail(err)
+			}
+		}
+	}
+}
+
+// publishWatermark produces a watermark for the newest durable boundary
+// if it is new. A partition's offset is published only with a watermark
+// at or after the position it needs: a partition opened after a restart
+// may already hold events of transactions the stream has not reached
+// again.
+func (p *Producer) publishWatermark() error {
+	p.wmMu.Lock()
+	defer p.wmMu.Unlock()
+	p.Durable()
+	p.mu.Lock()
+	b := p.last
+	w := change.Watermark{Seq: b.Seq, End: b.End, Commit: b.Commit, Offsets: map[string]map[int32]int64{}}
+	for part, m := range p.moved {
+		if m.minSeq > b.Seq {
+			continue
+		}
+		if w.Offsets[part.topic] == nil {
+			w.Offsets[part.topic] = map[int32]int64{}
+		}
+		w.Offsets[part.topic][part.partition] = m.offset
+		delete(p.moved, part)
+	}
+	p.mu.Unlock()
+	if b.Seq == 0 || (b.Seq <= p.published && len(w.Offsets) == 0) {
+		return nil
+	}
+	val, err := json.Marshal(w)
+	if err != nil {
+		return err
+	}
+	p.cl.Produce(context.Background(), &kgo.Record{Topic: WatermarkTopic(p.cfg.Prefix), Partition: 0, Value: val}, func(_ *kgo.Record, err error) {
+		if err != nil {
+			p.fail(fmt.Errorf("%w: kafka: produce a watermark: %v", fault.ErrUnavailable, err))
+		}
+	})
+	p.published = b.Seq
+	return nil
 }
 
 // topic returns the topic state of a table, creating the topic and
@@ -235,7 +341,10 @@ func (p *Producer) topic(ctx context.Context, t *change.Table) (*topicState, err
 		return ts, nil
 	}
 	name := TableTopic(p.cfg.Prefix, t.Schema, t.Name)
-	n, err := ensureTopic(ctx, p.cl, name, p.cfg.Partitions, tableTopicConfigs(p.cfg))
+	if err := p.ensureWatermarkTopic(ctx); err != nil {
+		return nil, err
+	}
+	n, err := ensureTopic(ctx, p.cl, name, p.cfg.Partitions, tableTopicConfigs())
 	if err != nil {
 		return nil, err
 	}
@@ -243,29 +352,53 @@ func (p *Producer) topic(ctx context.Context, t *change.Table) (*topicState, err
 		p.log.Warn("topic keeps its own partition count", "topic", name, "partitions", n, "configured", p.cfg.Partitions)
 	}
 	ts := &topicState{name: name}
-	_, end, err := offsets(ctx, p.adm, name)
+	start, end, err := offsets(ctx, p.adm, name)
 	if err != nil {
 		return nil, err
 	}
 	for i := 0; i < n; i++ {
 		part := &partState{topic: name, partition: int32(i)}
-		part.promise = func(_ *kgo.Record, err error) {
+		part.promise = func(r *kgo.Record, err error) {
+			if part.broken.Load() {
+				return
+			}
+			if err == nil && r.Offset != part.base+part.acked.Load() {
+				err = fmt.Errorf("the record landed at offset %d, not %d: another producer writes to lakeflow's topics", r.Offset, part.base+part.acked.Load())
+			}
 			if err != nil {
-				err = fmt.Errorf("%w: kafka: produce to %s/%d: %v", fault.ErrUnavailable, part.topic, part.partition, err)
-				p.failed.CompareAndSwap(nil, &err)
+				part.broken.Store(true)
+				p.fail(fmt.Errorf("%w: kafka: produce to %s/%d: %v", fault.ErrUnavailable, part.topic, part.partition, err))
 				return
 			}
 			part.acked.Add(1)
 		}
-		if o, ok := end.Lookup(name, int32(i)); ok && o.Offset > 0 {
-			if part.high, err = p.lastPosition(ctx, name, int32(i), o.Offset); err != nil {
+		s, _ := start.Lookup(name, int32(i))
+		e, _ := end.Lookup(name, int32(i))
+		part.base = e.Offset
+		if e.Offset > s.Offset {
+			if part.high, err = p.lastPosition(ctx, name, int32(i), e.Offset); err != nil {
 				return nil, err
 			}
 		}
+		// What the partition holds now may not be in any watermark yet.
+		p.mu.Lock()
+		p.moved[part] = movedTo{offset: part.base, minSeq: part.high.Seq}
+		p.mu.Unlock()
 		ts.parts = append(ts.parts, part)
 	}
 	p.topics[t.ID()] = ts
 	return ts, nil
+}
+
+func (p *Producer) ensureWatermarkTopic(ctx context.Context) error {
+	if p.wmTopicReady {
+		return nil
+	}
+	if _, err := ensureTopic(ctx, p.cl, WatermarkTopic(p.cfg.Prefix), 1, tableTopicConfigs()); err != nil {
+		return err
+	}
+	p.wmTopicReady = true
+	return nil
 }
 
 // lastPosition reads the position of the record at end-1.

@@ -10,13 +10,12 @@ import (
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
-	"github.com/lakeflow/lakeflow/pipeline/postgres"
 )
 
 const stateKey = "source"
 
 // SaveState records the source's state and waits for Kafka to have it.
-func (p *Producer) SaveState(ctx context.Context, s postgres.State) error {
+func (p *Producer) SaveState(ctx context.Context, s change.SourceState) error {
 	val, err := json.Marshal(s)
 	if err != nil {
 		return err
@@ -25,21 +24,25 @@ func (p *Producer) SaveState(ctx context.Context, s postgres.State) error {
 }
 
 // LoadState returns the last saved state, or nil on a fresh pipeline.
-func (p *Producer) LoadState(ctx context.Context) (*postgres.State, error) {
-	recs, _, err := readMeta(ctx, p.cfg.Brokers, p.cl, StateTopic(p.cfg.Prefix), 0)
+func (p *Producer) LoadState(ctx context.Context) (*change.SourceState, error) {
+	return loadState(ctx, p.cfg.Brokers, p.cl, p.cfg.Prefix)
+}
+
+func loadState(ctx context.Context, brokers []string, cl *kgo.Client, prefix string) (*change.SourceState, error) {
+	recs, _, _, err := readMeta(ctx, brokers, cl, StateTopic(prefix), Position{})
 	if err != nil || len(recs) == 0 {
 		return nil, err
 	}
-	var s postgres.State
+	var s change.SourceState
 	if err := json.Unmarshal(recs[len(recs)-1].value, &s); err != nil {
-		return nil, fmt.Errorf("%w: topic %s holds an unreadable state record: %v", fault.ErrUnavailable, StateTopic(p.cfg.Prefix), err)
+		return nil, fmt.Errorf("%w: topic %s holds an unreadable state record: %v", fault.ErrUnavailable, StateTopic(prefix), err)
 	}
 	return &s, nil
 }
 
 // LoadSchemas returns the last recorded schema of every table.
 func (p *Producer) LoadSchemas(ctx context.Context) (map[string]*change.Table, error) {
-	recs, _, err := ReadSchemas(ctx, p.cfg.Brokers, p.cl, p.cfg.Prefix, 0)
+	recs, _, _, err := ReadSchemas(ctx, p.cfg.Brokers, p.cl, p.cfg.Prefix, Position{})
 	if err != nil {
 		return nil, err
 	}
@@ -50,23 +53,24 @@ func (p *Producer) LoadSchemas(ctx context.Context) (map[string]*change.Table, e
 	return out, nil
 }
 
-// ReadSchemas reads schema records from offset from on and returns them
-// in order with the offset to continue from.
-func ReadSchemas(ctx context.Context, brokers []string, cl *kgo.Client, prefix string, from int64) ([]SchemaRecord, int64, error) {
+// ReadSchemas reads the schema records after pos and returns them in
+// order with the position to continue from; reset reports that the log
+// pos was read from is gone and the records are all of the present one.
+func ReadSchemas(ctx context.Context, brokers []string, cl *kgo.Client, prefix string, pos Position) ([]SchemaRecord, Position, bool, error) {
 	topic := SchemaTopic(prefix)
-	recs, next, err := readMeta(ctx, brokers, cl, topic, from)
+	recs, next, reset, err := readMeta(ctx, brokers, cl, topic, pos)
 	if err != nil {
-		return nil, from, err
+		return nil, pos, false, err
 	}
 	out := make([]SchemaRecord, 0, len(recs))
 	for _, r := range recs {
 		var sr SchemaRecord
 		if err := json.Unmarshal(r.value, &sr); err != nil || sr.Table == nil {
-			return nil, from, fmt.Errorf("%w: topic %s offset %d is not a schema record: %v", fault.ErrUnavailable, topic, r.offset, err)
+			return nil, pos, false, fmt.Errorf("%w: topic %s offset %d is not a schema record: %v", fault.ErrUnavailable, topic, r.offset, err)
 		}
 		out = append(out, sr)
 	}
-	return out, next, nil
+	return out, next, reset, nil
 }
 
 type metaRecord struct {
@@ -74,29 +78,36 @@ type metaRecord struct {
 	value  []byte
 }
 
-// readMeta reads partition 0 of a meta topic from offset from to its end.
-// A topic that does not exist yet reads as empty.
-func readMeta(ctx context.Context, brokers []string, cl *kgo.Client, topic string, from int64) ([]metaRecord, int64, error) {
-	n, err := topicPartitions(ctx, cl, topic)
+// readMeta reads partition 0 of a meta topic from pos to its end. A
+// topic that does not exist yet reads as empty. When the topic is not the
+// one pos was read in (another ID, or it ends before pos), it is read
+// from its start and reset is true.
+func readMeta(ctx context.Context, brokers []string, cl *kgo.Client, topic string, pos Position) ([]metaRecord, Position, bool, error) {
+	n, id, err := describeTopic(ctx, cl, topic)
 	if err != nil {
-		return nil, from, unavailable("describe topic "+topic, err)
+		return nil, pos, false, unavailable("describe topic "+topic, err)
 	}
 	if n == 0 {
-		return nil, from, nil
+		return nil, pos, pos.Next[0] > 0, nil
 	}
 	start, end, err := offsets(ctx, kadm.NewClient(cl), topic)
 	if err != nil {
-		return nil, from, err
+		return nil, pos, false, err
 	}
 	s, _ := start.Lookup(topic, 0)
 	e, _ := end.Lookup(topic, 0)
+	from := pos.Next[0]
+	reset := (pos.ID != "" && pos.ID != id) || from > e.Offset
+	if reset {
+		from = 0
+	}
 	recs, err := readRange(ctx, brokers, topic, 0, max(from, s.Offset), e.Offset)
 	if err != nil {
-		return nil, from, err
+		return nil, pos, false, err
 	}
 	out := make([]metaRecord, len(recs))
 	for i, r := range recs {
 		out[i] = metaRecord{offset: r.Offset, value: r.Value}
 	}
-	return out, max(from, e.Offset), nil
+	return out, Position{ID: id, Next: map[int32]int64{0: max(from, e.Offset)}}, reset, nil
 }

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 )
 
@@ -25,8 +27,16 @@ type Config struct {
 	Database       string // the source database, for the envelope
 }
 
-// TableTopic is the topic of a source table, as Debezium names it.
-func TableTopic(prefix, schema, table string) string { return prefix + "." + schema + "." + table }
+// TableTopic is the topic of a source table, <prefix>.<schema>.<table> as
+// Debezium names it, with characters Kafka does not allow in topic names
+// mapped to '_' (change.SafeName).
+func TableTopic(prefix, schema, table string) string {
+	return prefix + "." + change.SafeName(schema) + "." + change.SafeName(table)
+}
+
+// WatermarkTopic holds the source's watermarks: the transaction
+// boundaries Kafka has acknowledged, with the partitions' end offsets.
+func WatermarkTopic(prefix string) string { return prefix + "._watermarks" }
 
 // StateTopic holds the source's own state (slot, snapshot progress).
 func StateTopic(prefix string) string { return prefix + "._state" }
@@ -48,9 +58,11 @@ func newClient(brokers []string, opts ...kgo.Opt) (*kgo.Client, error) {
 }
 
 // ensureTopic creates topic if it does not exist and returns its partition
-// count (an existing topic keeps its own).
+// count (an existing topic keeps its own). An existing topic gets the
+// given retention settings: records stay until lakeflow trims them.
 func ensureTopic(ctx context.Context, cl *kgo.Client, topic string, partitions int, configs map[string]*string) (int, error) {
-	resp, err := kadm.NewClient(cl).CreateTopic(ctx, int32(partitions), -1, configs, topic)
+	adm := kadm.NewClient(cl)
+	resp, err := adm.CreateTopic(ctx, int32(partitions), -1, configs, topic)
 	switch {
 	case err == nil:
 		return int(resp.NumPartitions), nil
@@ -64,19 +76,42 @@ func ensureTopic(ctx context.Context, cl *kgo.Client, topic string, partitions i
 	if err != nil {
 		return 0, unavailable("describe topic "+topic, err)
 	}
+	var alter []kadm.AlterConfig
+	for _, name := range []string{"retention.ms", "retention.bytes"} {
+		if v, ok := configs[name]; ok {
+			alter = append(alter, kadm.AlterConfig{Op: kadm.SetConfig, Name: name, Value: v})
+		}
+	}
+	if len(alter) > 0 {
+		res, err := adm.AlterTopicConfigs(ctx, alter, topic)
+		for _, r := range res {
+			err = errors.Join(err, r.Err)
+		}
+		if err != nil {
+			return 0, unavailable("set the retention of topic "+topic, err)
+		}
+	}
 	return n, nil
 }
 
 // topicPartitions asks the broker (never a cache) how many partitions topic
 // has; 0 means it does not exist.
 func topicPartitions(ctx context.Context, cl *kgo.Client, topic string) (int, error) {
+	n, _, err := describeTopic(ctx, cl, topic)
+	return n, err
+}
+
+// describeTopic returns topic's partition count and ID (0 and "" when it
+// does not exist). The ID tells a topic from one deleted and created
+// again under the same name.
+func describeTopic(ctx context.Context, cl *kgo.Client, topic string) (int, string, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	rt := kmsg.NewMetadataRequestTopic()
 	rt.Topic = kmsg.StringPtr(topic)
 	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	for _, t := range resp.Topics {
 		if t.Topic == nil || *t.Topic != topic {
@@ -84,19 +119,21 @@ func topicPartitions(ctx context.Context, cl *kgo.Client, topic string) (int, er
 		}
 		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
 			if errors.Is(err, kerr.UnknownTopicOrPartition) {
-				return 0, nil
+				return 0, "", nil
 			}
-			return 0, err
+			return 0, "", err
 		}
-		return len(t.Partitions), nil
+		return len(t.Partitions), hex.EncodeToString(t.TopicID[:]), nil
 	}
-	return 0, nil
+	return 0, "", nil
 }
 
-func tableTopicConfigs(cfg Config) map[string]*string {
+// tableTopicConfigs keep records until lakeflow trims them (Trim): the
+// broker's own retention would delete records the warehouse has not read.
+func tableTopicConfigs() map[string]*string {
 	return map[string]*string{
-		"retention.ms":      kadm.StringPtr(strconv.FormatInt(cfg.Retention.Milliseconds(), 10)),
-		"retention.bytes":   kadm.StringPtr(strconv.FormatInt(cfg.RetentionBytes, 10)),
+		"retention.ms":      kadm.StringPtr("-1"),
+		"retention.bytes":   kadm.StringPtr("-1"),
 		"max.message.bytes": kadm.StringPtr(strconv.Itoa(MaxMessageBytes)),
 	}
 }
@@ -105,6 +142,7 @@ func tableTopicConfigs(cfg Config) map[string]*string {
 func metaTopicConfigs() map[string]*string {
 	return map[string]*string{
 		"cleanup.policy":    kadm.StringPtr("compact"),
+		"retention.ms":      kadm.StringPtr("-1"),
 		"max.message.bytes": kadm.StringPtr(strconv.Itoa(MaxMessageBytes)),
 	}
 }
@@ -118,7 +156,7 @@ func readRange(ctx context.Context, brokers []string, topic string, partition in
 	if from >= to {
 		return nil, nil
 	}
-	cl, err := newClient(brokers, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{
+	cl, err := newClient(brokers, kgo.ConsumeResetOffset(kgo.NoResetOffset()), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{
 		topic: {partition: kgo.NewOffset().At(from)},
 	}))
 	if err != nil {

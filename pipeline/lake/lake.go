@@ -1,8 +1,10 @@
 // Package lake is the bronze layer: immutable Parquet files at
-// <dir>/<table>/date=YYYY-MM-DD/part-<partition>-<first>-<last>.parquet,
-// one per table, commit day, Kafka partition and batch. Files are written
-// under _staging/ and reach their final name only after the warehouse
-// transaction that records them has committed (DESIGN.md invariant 3).
+// <dir>/<table>/date=YYYY-MM-DD/part-<min seq>-<max seq>-<partition>-<first offset>-<last offset>.parquet,
+// one per table, commit day, Kafka partition and batch. The warehouse
+// writes them (inside the batch's transaction, with DuckDB's COPY) under
+// _staging/; this package names them, makes them durable, and publishes
+// them to their final name only after that transaction has committed
+// (DESIGN.md invariant 3).
 package lake
 
 import (
@@ -14,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 )
 
@@ -38,12 +41,23 @@ type File struct {
 	Staging string // absolute path to write it to first
 }
 
-// NewFile names the file holding offsets first..last of a table's topic
-// partition committed on day (YYYY-MM-DD). The name is a function of its
-// content's offsets, so a batch replayed after a crash rewrites the same
-// name, never a second copy.
-func (l *Lake) NewFile(table, day string, partition int32, first, last int64) File {
-	rel := filepath.Join(table, "date="+day, fmt.Sprintf("part-%d-%020d-%020d.parquet", partition, first, last))
+// Span is what one lake file holds: a Kafka partition's offsets First to
+// Last, whose events lie between the positions MinSeq and MaxSeq.
+type Span struct {
+	Partition   int32
+	First, Last int64
+	MinSeq      change.LSN
+	MaxSeq      change.LSN
+}
+
+// NewFile names the file of a table's span committed on day (YYYY-MM-DD).
+// The name is a function of its content, so a batch replayed after a
+// crash rewrites the same name, never a second copy; it starts with the
+// span's positions (16 hex digits each), so files sort in commit order
+// and a reader can skip files by position from their names alone.
+func (l *Lake) NewFile(table, day string, s Span) File {
+	name := fmt.Sprintf("part-%016X-%016X-%d-%d-%d.parquet", uint64(s.MinSeq), uint64(s.MaxSeq), s.Partition, s.First, s.Last)
+	rel := filepath.Join(table, "date="+day, name)
 	return File{Path: rel, Staging: l.staging(rel)}
 }
 
@@ -54,12 +68,14 @@ func (l *Lake) staging(rel string) string {
 // Abs returns the absolute path of a lake-relative path.
 func (l *Lake) Abs(rel string) string { return filepath.Join(l.dir, rel) }
 
-// Publish moves committed files to their final names, durably.
+// Publish moves committed files to their final names, durably: every
+// directory the names land in is synced, and a directory created for them
+// is synced into its parent.
 func (l *Lake) Publish(files []File) error {
 	dirs := map[string]bool{}
 	for _, f := range files {
 		final := l.Abs(f.Path)
-		if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+		if err := l.mkdirs(filepath.Dir(final), dirs); err != nil {
 			return err
 		}
 		if err := os.Rename(f.Staging, final); err != nil {
@@ -74,6 +90,28 @@ func (l *Lake) Publish(files []File) error {
 	}
 	return nil
 }
+
+// mkdirs creates dir and its missing parents below the lake root, and
+// marks the parents of the created ones for syncing.
+func (l *Lake) mkdirs(dir string, dirty map[string]bool) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	if parent := filepath.Dir(dir); parent != dir && strings.HasPrefix(parent, l.dir) {
+		if err := l.mkdirs(parent, dirty); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	dirty[filepath.Dir(dir)] = true
+	return nil
+}
+
+// SyncStaging makes the staged files' names durable before the batch
+// that lists them commits.
+func (l *Lake) SyncStaging() error { return syncPath(filepath.Join(l.dir, stagingDir)) }
 
 // Recover finishes what a crash interrupted: staged files of committed
 // batches are published, those of uncommitted batches removed (their
@@ -114,7 +152,7 @@ func (l *Lake) Recover(committed func(path string) (bool, error)) (published, re
 	return len(publish), removed, l.Publish(publish)
 }
 
-var partName = regexp.MustCompile(`^part-(\d+)-(\d+)-(\d+)\.parquet$`)
+var partName = regexp.MustCompile(`^part-[0-9A-F]{16}-[0-9A-F]{16}-(\d+)-(\d+)-(\d+)\.parquet$`)
 
 // HighOffsets returns, per Kafka partition, the highest offset a
 // published file of table holds. A warehouse rebuilt from Kafka uses it to

@@ -2,7 +2,10 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -25,77 +28,223 @@ func newCatalog(conn *pgx.Conn) *catalog {
 	return &catalog{conn: conn, types: map[typeKey]change.Type{}}
 }
 
-// rawColumn is a column as pg_attribute or a Relation message gives it.
+// rawColumn is a column as a Relation message gives it.
 type rawColumn struct {
 	Name   string
 	OID    uint32
 	TypMod int32
 }
 
-// table builds the schema of schema.name from its columns, marking the
-// primary key (or replica identity index) columns as the key.
-func (c *catalog) table(ctx context.Context, schema, name string, cols []rawColumn) (*change.Table, error) {
-	keys, err := c.keyColumns(ctx, schema, name)
+// attribute is what pg_attribute says of a column beyond its type.
+type attribute struct {
+	rawColumn
+	dims      int
+	generated bool
+	// Rows that predate the column: PostgreSQL stores a constant DEFAULT
+	// as their value ("fast default") in every storage relation (the
+	// table, or each leaf partition); missing lists those values, nil
+	// where a relation has none. hasDefault and identity say whether
+	// anything else may have filled them (a table rewrite).
+	missing    []*string
+	hasDefault bool
+	identity   bool
+}
+
+// relation is a table as the catalog describes it now.
+type relation struct {
+	oid     uint32
+	schema  string
+	name    string
+	attrs   []attribute
+	storage []uint32
+}
+
+// leavesSQL lists the relations that store the rows of table $1: the
+// table itself, or the leaf partitions of a partitioned table.
+const leavesSQL = `SELECT oid AS relid FROM pg_class WHERE oid = $1 AND relkind = 'r'
+	UNION SELECT relid FROM pg_partition_tree($1) WHERE isleaf`
+
+// relationByName reads schema.name.
+func (c *catalog) relationByName(ctx context.Context, schema, name string) (*relation, error) {
+	var oid uint32
+	err := c.conn.QueryRow(ctx, `SELECT r.oid FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace
+		WHERE n.nspname = $1 AND r.relname = $2 AND r.relkind IN ('r', 'p')`, schema, name).Scan(&oid)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("table %s does not exist in the source", change.QualifiedName(schema, name))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up table %s: %w", change.QualifiedName(schema, name), err)
+	}
+	return c.relation(ctx, oid, schema, name)
+}
+
+// relation reads the columns of the table with the given oid.
+func (c *catalog) relation(ctx context.Context, oid uint32, schema, name string) (*relation, error) {
+	rows, err := c.conn.Query(ctx, `
+		WITH leaves AS (`+leavesSQL+`)
+		SELECT a.attname, a.atttypid, a.atttypmod, a.attndims, a.attgenerated <> '', a.attidentity <> '', a.atthasdef,
+		       ARRAY(SELECT CASE WHEN l.atthasmissing THEN l.attmissingval::text END
+		             FROM pg_attribute l JOIN leaves ON l.attrelid = leaves.relid
+		             WHERE l.attname = a.attname AND NOT l.attisdropped)
+		FROM pg_attribute a
+		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
+		ORDER BY a.attnum`, oid)
+	if err != nil {
+		return nil, fmt.Errorf("read columns of %s: %w", change.QualifiedName(schema, name), err)
+	}
+	attrs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (attribute, error) {
+		var a attribute
+		err := r.Scan(&a.Name, &a.OID, &a.TypMod, &a.dims, &a.generated, &a.identity, &a.hasDefault, &a.missing)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read columns of %s: %w", change.QualifiedName(schema, name), err)
+	}
+	if len(attrs) == 0 {
+		return nil, fmt.Errorf("table %s does not exist in the source", change.QualifiedName(schema, name))
+	}
+	rel := &relation{oid: oid, schema: schema, name: name, attrs: attrs}
+	err = c.conn.QueryRow(ctx, `SELECT coalesce(array_agg(c.relfilenode::bigint ORDER BY c.oid), '{}')
+		FROM (`+leavesSQL+`) l JOIN pg_class c ON c.oid = l.relid`, oid).Scan(&rel.storage)
+	if err != nil {
+		return nil, fmt.Errorf("read storage of %s: %w", change.QualifiedName(schema, name), err)
+	}
+	return rel, nil
+}
+
+// attribute returns the named attribute, or nil.
+func (r *relation) attribute(name string) *attribute {
+	for i := range r.attrs {
+		if r.attrs[i].Name == name {
+			return &r.attrs[i]
+		}
+	}
+	return nil
+}
+
+// snapshotColumns are the columns the initial copy reads: pgoutput leaves
+// stored generated columns out of the stream (PostgreSQL 15), so the copy
+// leaves them out too and both agree on the table's shape.
+func (r *relation) snapshotColumns() []rawColumn {
+	var cols []rawColumn
+	for _, a := range r.attrs {
+		if !a.generated {
+			cols = append(cols, a.rawColumn)
+		}
+	}
+	return cols
+}
+
+// table builds the schema of a relation from the columns a Relation
+// message (or the snapshot) names, marking the primary key (or replica
+// identity index) columns as the key.
+func (c *catalog) table(ctx context.Context, rel *relation, cols []rawColumn) (*change.Table, error) {
+	keys, err := c.keyColumns(ctx, rel.oid)
 	if err != nil {
 		return nil, err
 	}
-	t := &change.Table{Schema: schema, Name: name}
+	t := &change.Table{Schema: rel.schema, Name: rel.name, Storage: rel.storage}
 	for _, rc := range cols {
 		typ, err := c.resolve(ctx, rc.OID, rc.TypMod)
 		if err != nil {
-			return nil, fmt.Errorf("table %s.%s column %s: %w", schema, name, rc.Name, err)
+			return nil, fmt.Errorf("table %s column %s: %w", t.ID(), rc.Name, err)
+		}
+		if typ.Dims > 0 {
+			if a := rel.attribute(rc.Name); a != nil && a.dims > 1 {
+				typ.Dims = a.dims
+			}
 		}
 		t.Columns = append(t.Columns, change.Column{Name: rc.Name, Type: typ, Key: keys[rc.Name]})
 	}
 	if len(t.KeyColumns()) == 0 {
-		return nil, fmt.Errorf("table %s.%s has no primary key; add one (ALTER TABLE %s.%s ADD PRIMARY KEY (…))", schema, name, schema, name)
+		return nil, fmt.Errorf("table %s has no primary key; add one (ALTER TABLE %s ADD PRIMARY KEY (…))", t.ID(), pgx.Identifier{t.Schema, t.Name}.Sanitize())
+	}
+	if err := t.CheckNames(); err != nil {
+		return nil, err
 	}
 	return t, nil
 }
 
-// loadTable reads the current columns of schema.name.
-func (c *catalog) loadTable(ctx context.Context, schema, name string) (*change.Table, error) {
-	rows, err := c.conn.Query(ctx, `
-		SELECT a.attname, a.atttypid, a.atttypmod
-		FROM pg_attribute a
-		JOIN pg_class r ON r.oid = a.attrelid
-		JOIN pg_namespace n ON n.oid = r.relnamespace
-		WHERE n.nspname = $1 AND r.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped
-		ORDER BY a.attnum`, schema, name)
-	if err != nil {
-		return nil, fmt.Errorf("read columns of %s.%s: %w", schema, name, err)
+// ErrUnknownValues marks a column added by a table rewrite: PostgreSQL
+// filled the existing rows (a volatile DEFAULT, an identity) without
+// sending a change for any of them.
+var ErrUnknownValues = errors.New("values written by a table rewrite")
+
+// fill says what rows that predate column name hold in it, for a column
+// that prev (the recorded schema) lacks; from is the position from which
+// events carry the column.
+func (rel *relation) fill(prev *change.Table, c change.Column, from change.Position) (change.Fill, error) {
+	name := c.Name
+	a := rel.attribute(name)
+	if a == nil {
+		return change.Fill{}, nil // renamed or dropped again since; its next Relation says so
 	}
-	cols, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (rawColumn, error) {
-		var rc rawColumn
-		err := r.Scan(&rc.Name, &rc.OID, &rc.TypMod)
-		return rc, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read columns of %s.%s: %w", schema, name, err)
+	var value *string
+	for i, m := range a.missing {
+		if m == nil || (i > 0 && (value == nil || *m != *value)) {
+			value = nil
+			break
+		}
+		value = m
 	}
-	if len(cols) == 0 {
-		return nil, fmt.Errorf("table %s.%s does not exist in the source", schema, name)
+	if value != nil {
+		text, null := missingValue(*value)
+		if !null {
+			if _, err := change.AppendValue(nil, c.Type, []byte(text)); err != nil {
+				return change.Fill{}, fmt.Errorf("%w: column %s of %s was added with the default %q, which lakeflow cannot encode: %v",
+					ErrUnknownValues, name, change.QualifiedName(rel.schema, rel.name), text, err)
+			}
+		}
+		return change.Fill{Before: from, Null: null, Text: text}, nil
 	}
-	return c.table(ctx, schema, name, cols)
+	// No stored value: the rows hold NULL, unless PostgreSQL rewrote the
+	// table to fill the column (its storage changed).
+	if (a.hasDefault || a.identity) && !slices.Equal(prev.Storage, rel.storage) {
+		what := "a DEFAULT PostgreSQL evaluates per row (random(), clock_timestamp(), a sequence…)"
+		if a.identity {
+			what = "an identity"
+		}
+		return change.Fill{}, fmt.Errorf("%w: column %s of %s was added with %s, so PostgreSQL rewrote the table and gave every existing row a value without sending any change",
+			ErrUnknownValues, name, change.QualifiedName(rel.schema, rel.name), what)
+	}
+	return change.Fill{}, nil
 }
 
-func (c *catalog) keyColumns(ctx context.Context, schema, name string) (map[string]bool, error) {
+// missingValue reads the single element of attmissingval's text, an
+// array literal such as {x}, {"a b"} or {NULL}.
+func missingValue(lit string) (text string, null bool) {
+	inner := strings.TrimSuffix(strings.TrimPrefix(lit, "{"), "}")
+	if inner == "NULL" {
+		return "", true
+	}
+	if len(inner) >= 2 && inner[0] == '"' {
+		var b strings.Builder
+		for i := 1; i < len(inner)-1; i++ {
+			if inner[i] == '\\' && i+1 < len(inner)-1 {
+				i++
+			}
+			b.WriteByte(inner[i])
+		}
+		return b.String(), false
+	}
+	return inner, false
+}
+
+func (c *catalog) keyColumns(ctx context.Context, oid uint32) (map[string]bool, error) {
 	rows, err := c.conn.Query(ctx, `
 		SELECT a.attname
 		FROM pg_index i
-		JOIN pg_class r ON r.oid = i.indrelid
-		JOIN pg_namespace n ON n.oid = r.relnamespace
-		JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum = ANY (i.indkey)
-		WHERE n.nspname = $1 AND r.relname = $2
+		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+		WHERE i.indrelid = $1
 		  AND i.indexrelid = COALESCE(
-		        (SELECT indexrelid FROM pg_index WHERE indrelid = r.oid AND indisprimary),
-		        (SELECT indexrelid FROM pg_index WHERE indrelid = r.oid AND indisreplident))`, schema, name)
+		        (SELECT indexrelid FROM pg_index WHERE indrelid = $1 AND indisprimary),
+		        (SELECT indexrelid FROM pg_index WHERE indrelid = $1 AND indisreplident))`, oid)
 	if err != nil {
-		return nil, fmt.Errorf("read primary key of %s.%s: %w", schema, name, err)
+		return nil, fmt.Errorf("read primary key of relation %d: %w", oid, err)
 	}
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return nil, fmt.Errorf("read primary key of %s.%s: %w", schema, name, err)
+		return nil, fmt.Errorf("read primary key of relation %d: %w", oid, err)
 	}
 	keys := map[string]bool{}
 	for _, n := range names {
@@ -118,8 +267,9 @@ var builtinKinds = map[string]change.Kind{
 }
 
 // resolve maps a type to its kind: domains to their base type, arrays to
-// their element kind with Array set, enums to text, and anything unknown
-// to KindOther (carried as text).
+// their element kind with one dimension (the column's declared dimensions
+// come from pg_attribute), enums to text, and anything unknown to
+// KindOther (carried as text).
 func (c *catalog) resolve(ctx context.Context, oid uint32, typmod int32) (change.Type, error) {
 	k := typeKey{oid, typmod}
 	if t, ok := c.types[k]; ok {
@@ -149,7 +299,7 @@ func (c *catalog) resolve(ctx context.Context, oid uint32, typmod int32) (change
 		if t, err = c.resolve(ctx, elem, typmod); err != nil {
 			return t, err
 		}
-		t.Array = true
+		t.Dims = 1
 	case typtype == "e":
 		t.Kind = change.KindText
 	default:
@@ -157,10 +307,18 @@ func (c *catalog) resolve(ctx context.Context, oid uint32, typmod int32) (change
 		if t.Kind == "" {
 			t.Kind = change.KindOther
 		}
-		if t.Kind == change.KindNumeric && typmod >= 4 {
+		switch {
+		case t.Kind == change.KindNumeric && typmod >= 4:
 			p, s := int((typmod-4)>>16)&0xffff, int(int16((typmod-4)&0xffff))
 			if s >= 0 && s <= p && p <= 38 {
 				t.Precision, t.Scale = p, s
+			}
+		case typname == "varchar" && typmod >= 4:
+			t.Length = int(typmod - 4)
+		case typname == "bpchar":
+			t.Fixed = true
+			if typmod >= 4 {
+				t.Length = int(typmod - 4)
 			}
 		}
 	}

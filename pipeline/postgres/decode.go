@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
 )
@@ -30,7 +31,10 @@ type Result struct {
 	Kind     ResultKind
 	Events   []change.Event
 	Relation *pglogrepl.RelationMessage
-	End      change.LSN
+	// Seq, End and Commit describe a committed transaction: its commit
+	// LSN (the events' _cdc_seq), end LSN and commit time (µs).
+	Seq, End change.LSN
+	Commit   int64
 	Message  *pglogrepl.LogicalDecodingMessage
 }
 
@@ -62,6 +66,15 @@ func (d *Decoder) SetTable(relationID uint32, t *change.Table) { d.tables[relati
 
 // Table returns the schema registered for a relation ID.
 func (d *Decoder) Table(relationID uint32) *change.Table { return d.tables[relationID] }
+
+// NextPosition is the position the next event will have: inside a
+// transaction its commit LSN and the next ordinal, else lsn.
+func (d *Decoder) NextPosition(lsn change.LSN) change.Position {
+	if d.inTxn {
+		return change.Position{Seq: d.seq, Ord: d.ord + 1}
+	}
+	return change.Position{Seq: lsn}
+}
 
 // InTransaction reports whether a Begin has been seen without its Commit.
 func (d *Decoder) InTransaction() bool { return d.inTxn }
@@ -100,7 +113,7 @@ func (d *Decoder) Decode(data []byte, lsn change.LSN) (Result, error) {
 			return Result{}, fmt.Errorf("commit at %s does not match the open transaction (%s)", change.LSN(m.CommitLSN), d.seq)
 		}
 		d.inTxn = false
-		return Result{Kind: ResultCommit, End: change.LSN(m.TransactionEndLSN)}, nil
+		return Result{Kind: ResultCommit, Seq: d.seq, End: change.LSN(m.TransactionEndLSN), Commit: d.commit}, nil
 	case *pglogrepl.RelationMessage:
 		return Result{Kind: ResultRelation, Relation: m}, nil
 	case *pglogrepl.LogicalDecodingMessage:
@@ -193,17 +206,23 @@ func (d *Decoder) decodeRow(data []byte, lsn change.LSN) (Result, error) {
 	if len(rest) != 0 {
 		return Result{}, fmt.Errorf("%s: %d trailing bytes in %q message", t.ID(), len(rest), data[0])
 	}
-	if data[0] != 'I' && oldKind != 'O' {
-		return Result{}, fmt.Errorf("%w: %s sent a %q change without the old row; run ALTER TABLE %s REPLICA IDENTITY FULL",
-			ErrIdentity, t.ID(), data[0], t.ID())
+	// With REPLICA IDENTITY FULL ('O') the old row is complete. Without
+	// it (a partition attached later, an identity changed mid-stream) an
+	// update may come without the old row and a delete or key change with
+	// the key alone ('K'; its other columns read as NULL, as Debezium
+	// shows them): the new row is still complete, and a delete needs only
+	// the key.
+	// The new tuple marks unchanged out-of-line (TOASTed) values 'u'; only
+	// a full old row has them.
+	if data[0] == 'D' && before == nil {
+		return Result{}, fmt.Errorf("%w: %s sent a delete without the row's key (REPLICA IDENTITY NOTHING); run ALTER TABLE %s REPLICA IDENTITY FULL",
+			ErrIdentity, t.ID(), pgx.Identifier{t.Schema, t.Name}.Sanitize())
 	}
-	// With REPLICA IDENTITY FULL the new tuple still marks unchanged
-	// out-of-line (TOASTed) values 'u'; the old tuple has them.
 	for i := range after {
 		if after[i].Text == nil && !after[i].Null {
-			if before == nil || (before[i].Text == nil && !before[i].Null) {
-				return Result{}, fmt.Errorf("%w: %s column %s arrived as unchanged TOAST without its old value; run ALTER TABLE %s REPLICA IDENTITY FULL",
-					ErrIdentity, t.ID(), t.Columns[i].Name, t.ID())
+			if oldKind != 'O' || (before[i].Text == nil && !before[i].Null) {
+				return Result{}, fmt.Errorf("%w: %s column %s arrived as unchanged TOAST without its old value; run ALTER TABLE %s REPLICA IDENTITY FULL (for a partitioned table, on each partition)",
+					ErrIdentity, t.ID(), t.Columns[i].Name, pgx.Identifier{t.Schema, t.Name}.Sanitize())
 			}
 			after[i] = before[i]
 		}
@@ -218,7 +237,7 @@ func (d *Decoder) decodeRow(data []byte, lsn change.LSN) (Result, error) {
 		ev := d.event(t, change.OpDelete, lsn)
 		ev.Before = before
 		d.events = append(d.events, ev)
-	case keyChanged(t, before, after):
+	case before != nil && keyChanged(t, before, after):
 		// Debezium's form of a primary-key update: a delete of the old key
 		// and a create of the new one, in that order.
 		del := d.event(t, change.OpDelete, lsn)

@@ -3,6 +3,7 @@ package postgres
 import (
 	"encoding/binary"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
@@ -103,11 +104,52 @@ func TestDecodeTransaction(t *testing.T) {
 	}
 }
 
+// Without REPLICA IDENTITY FULL (a partition attached later) an update
+// may come without the old row and a delete or key change with the key
+// alone: the new row is complete, and a delete needs only the key.
+func TestDecodeWithoutFullIdentity(t *testing.T) {
+	for name, tc := range map[string]struct {
+		msg  []byte
+		want string
+	}{
+		"update without old row": {rowMsg('U', 7, []byte{'N'}, tuple("1", "b", "c")), "u ∅ → 1 b c"},
+		"delete with key only":   {rowMsg('D', 7, []byte{'K'}, tuple("1", "\x00", "\x00")), "d 1 NULL NULL → ∅"},
+		"key change, key only": {rowMsg('U', 7, []byte{'K'}, tuple("1", "\x00", "\x00"), []byte{'N'}, tuple("2", "b", "c")),
+			"d 1 NULL NULL → ∅, c ∅ → 2 b c"},
+	} {
+		d := NewDecoder()
+		d.SetTable(7, testTable)
+		d.Decode(beginMsg(0x10, 1), 1)
+		res, err := d.Decode(tc.msg, 2)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		var got []string
+		for _, ev := range res.Events {
+			got = append(got, string(ev.Op)+" "+render(ev.Before)+" → "+render(ev.After))
+		}
+		if g := strings.Join(got, ", "); g != tc.want {
+			t.Errorf("%s: %s, want %s", name, g, tc.want)
+		}
+	}
+}
+
+func render(row []change.Datum) string {
+	if row == nil {
+		return "∅"
+	}
+	var parts []string
+	for _, d := range row {
+		parts = append(parts, text(d))
+	}
+	return strings.Join(parts, " ")
+}
+
 func TestDecodeRefusesWhatItCannotRepresent(t *testing.T) {
 	for name, msg := range map[string][]byte{
-		"toast without old row":  rowMsg('U', 7, []byte{'N'}, tuple("1", "b", "\x01")),
-		"update without old row": rowMsg('U', 7, []byte{'N'}, tuple("1", "b", "c")),
-		"delete with key only":   rowMsg('D', 7, []byte{'K'}, tuple("1", "\x00", "\x00")),
+		"toast without old row": rowMsg('U', 7, []byte{'N'}, tuple("1", "b", "\x01")),
+		"toast with key only":   rowMsg('U', 7, []byte{'K'}, tuple("1", "\x00", "\x00"), []byte{'N'}, tuple("1", "b", "\x01")),
 	} {
 		d := NewDecoder()
 		d.SetTable(7, testTable)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -54,7 +55,7 @@ func connect(ctx context.Context, dsn string) (*pgx.Conn, error) {
 	cfg.Config = *pc
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%w: connect to source %s:%d/%s: %v", fault.ErrUnavailable, pc.Host, pc.Port, pc.Database, unwrapConnect(err))
+		return nil, fmt.Errorf("%w: connect to source %s:%d/%s: %w", fault.ErrUnavailable, pc.Host, pc.Port, pc.Database, unwrapConnect(err))
 	}
 	return conn, nil
 }
@@ -66,7 +67,7 @@ func connectReplication(ctx context.Context, dsn string) (*pgconn.PgConn, error)
 	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%w: open replication connection to %s:%d/%s: %v", fault.ErrUnavailable, cfg.Host, cfg.Port, cfg.Database, unwrapConnect(err))
+		return nil, fmt.Errorf("%w: open replication connection to %s:%d/%s: %w", fault.ErrUnavailable, cfg.Host, cfg.Port, cfg.Database, unwrapConnect(err))
 	}
 	return conn, nil
 }
@@ -113,14 +114,17 @@ func preflight(ctx context.Context, conn *pgx.Conn, tables []config.Table) error
 		problems = append(problems, fmt.Sprintf("role %s may not replicate: run ALTER ROLE %s REPLICATION", role, pgx.Identifier{role}.Sanitize()))
 	}
 	for _, t := range tables {
-		var identity string
 		var hasKey bool
+		var notFull []string
 		err := conn.QueryRow(ctx, `
-			SELECT r.relreplident::text,
-			       EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = r.oid AND (i.indisprimary OR i.indisreplident))
+			SELECT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = r.oid AND (i.indisprimary OR i.indisreplident)),
+			       ARRAY(SELECT format('%I.%I', ln.nspname, l.relname)
+			             FROM pg_class l JOIN pg_namespace ln ON ln.oid = l.relnamespace
+			             WHERE l.oid IN (SELECT r.oid WHERE r.relkind = 'r' UNION SELECT relid FROM pg_partition_tree(r.oid) WHERE isleaf)
+			               AND l.relreplident <> 'f' ORDER BY l.relname)
 			FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace
 			WHERE n.nspname = $1 AND r.relname = $2 AND r.relkind IN ('r', 'p')`, t.Schema, t.Name).
-			Scan(&identity, &hasKey)
+			Scan(&hasKey, &notFull)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			problems = append(problems, fmt.Sprintf("table %s does not exist in the source (check source.tables, or run `lakeflow run --demo` for the demo schema)", t))
@@ -128,11 +132,18 @@ func preflight(ctx context.Context, conn *pgx.Conn, tables []config.Table) error
 		case err != nil:
 			return fmt.Errorf("%w: inspect table %s: %v", fault.ErrUnavailable, t, err)
 		}
+		ident := pgx.Identifier{t.Schema, t.Name}.Sanitize()
 		if !hasKey {
-			problems = append(problems, fmt.Sprintf("table %s has no primary key: add one (ALTER TABLE %s ADD PRIMARY KEY (…))", t, t))
+			problems = append(problems, fmt.Sprintf("table %s has no primary key: add one (ALTER TABLE %s ADD PRIMARY KEY (…))", t, ident))
 		}
-		if identity != "f" {
-			problems = append(problems, fmt.Sprintf("table %s does not log full rows: run ALTER TABLE %s REPLICA IDENTITY FULL", t, t))
+		if len(notFull) > 0 {
+			// A partitioned table's partitions log their own rows: each
+			// needs the setting (PostgreSQL does not pass it down).
+			var cmds []string
+			for _, rel := range notFull {
+				cmds = append(cmds, "ALTER TABLE "+rel+" REPLICA IDENTITY FULL;")
+			}
+			problems = append(problems, fmt.Sprintf("table %s does not log full rows: run %s", t, strings.Join(cmds, " ")))
 		}
 	}
 	if len(problems) > 0 {
@@ -142,47 +153,56 @@ func preflight(ctx context.Context, conn *pgx.Conn, tables []config.Table) error
 }
 
 // ensurePublication makes the publication list exactly the captured
-// tables. Tables can be added only before the slot exists: PostgreSQL 15
-// cannot export a snapshot for an existing slot, so a later addition would
-// have no initial copy.
+// tables, publishing partitioned tables under their root's name (so rows
+// of every partition, attached now or later, are events of the root).
+// Tables can be added only before the slot exists: PostgreSQL 15 cannot
+// export a snapshot for an existing slot, so a later addition would have
+// no initial copy.
 func ensurePublication(ctx context.Context, conn *pgx.Conn, name string, tables []config.Table, slotExists bool) error {
-	rows, err := conn.Query(ctx, `SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1`, name)
-	if err != nil {
+	var exists, viaRoot bool
+	err := conn.QueryRow(ctx, `SELECT true, pubviaroot FROM pg_publication WHERE pubname = $1`, name).Scan(&exists, &viaRoot)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: read publication %s: %v", fault.ErrUnavailable, name, err)
-	}
-	have, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("%w: read publication %s: %v", fault.ErrUnavailable, name, err)
-	}
-	var exists bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, name).Scan(&exists); err != nil {
-		return fmt.Errorf("%w: read publication %s: %v", fault.ErrUnavailable, name, err)
-	}
-	want := map[string]bool{}
-	var idents []string
-	for _, t := range tables {
-		want[t.String()] = true
-		idents = append(idents, pgx.Identifier{t.Schema, t.Name}.Sanitize())
 	}
 	pub := pgx.Identifier{name}.Sanitize()
+	idents := make([]string, len(tables))
+	for i, t := range tables {
+		idents[i] = pgx.Identifier{t.Schema, t.Name}.Sanitize()
+	}
 	if !exists {
-		create := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pub, strings.Join(idents, ", "))
+		create := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish_via_partition_root = true)", pub, strings.Join(idents, ", "))
 		if _, err := conn.Exec(ctx, create); err != nil {
 			return fmt.Errorf("%w: create publication %s: %v; run %s as the tables' owner", fault.ErrSource, name, err, create)
 		}
 		return nil
 	}
-	haveSet := map[string]bool{}
+	if !viaRoot {
+		alter := fmt.Sprintf("ALTER PUBLICATION %s SET (publish_via_partition_root = true)", pub)
+		if _, err := conn.Exec(ctx, alter); err != nil {
+			return fmt.Errorf("%w: %v; run %s as its owner", fault.ErrSource, err, alter)
+		}
+	}
+	rows, err := conn.Query(ctx, `
+		SELECT n.nspname, c.relname FROM pg_publication_rel pr
+		JOIN pg_publication p ON p.oid = pr.prpubid
+		JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE p.pubname = $1`, name)
+	if err != nil {
+		return fmt.Errorf("%w: read publication %s: %v", fault.ErrUnavailable, name, err)
+	}
+	have, err := pgx.CollectRows(rows, pgx.RowToStructByPos[config.Table])
+	if err != nil {
+		return fmt.Errorf("%w: read publication %s: %v", fault.ErrUnavailable, name, err)
+	}
 	for _, h := range have {
-		haveSet[h] = true
-		if !want[h] {
-			if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER PUBLICATION %s DROP TABLE %s", pub, identFor(h))); err != nil {
+		if !slices.Contains(tables, h) {
+			if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER PUBLICATION %s DROP TABLE %s", pub, pgx.Identifier{h.Schema, h.Name}.Sanitize())); err != nil {
 				return fmt.Errorf("%w: drop %s from publication %s: %v", fault.ErrSource, h, name, err)
 			}
 		}
 	}
 	for i, t := range tables {
-		if haveSet[t.String()] {
+		if slices.Contains(have, t) {
 			continue
 		}
 		if slotExists {
@@ -194,11 +214,6 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, name string, tables 
 		}
 	}
 	return nil
-}
-
-func identFor(qualified string) string {
-	schema, name, _ := strings.Cut(qualified, ".")
-	return pgx.Identifier{schema, name}.Sanitize()
 }
 
 // DatabaseName returns the database a DSN connects to.

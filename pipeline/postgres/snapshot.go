@@ -27,8 +27,8 @@ const slotCreateTimeout = 2 * time.Minute
 // stream event will say. So each table first gets a truncate just before
 // the new consistent point: consumers drop what they knew, then take the
 // complete snapshot.
-func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, sink Sink, store StateStore, schemas map[string]*change.Table, redo bool) (*State, error) {
-	state := &State{Slot: s.cfg.Slot, Tables: s.tableNames()}
+func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, sink Sink, store StateStore, schemas map[string]*change.Table, redo bool) (*change.SourceState, error) {
+	state := &change.SourceState{Slot: s.cfg.Slot, Tables: s.tableNames()}
 	// Saved before the slot exists, so a crash right after creating it
 	// still leaves a record that the slot is ours to drop.
 	if err := store.SaveState(ctx, *state); err != nil {
@@ -78,11 +78,15 @@ func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, sink Sink, store 
 	cat := newCatalog(conn)
 	var rows int64
 	for _, ct := range s.cfg.Tables {
-		t, err := cat.loadTable(ctx, ct.Schema, ct.Name)
+		rel, err := cat.relationByName(ctx, ct.Schema, ct.Name)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", fault.ErrSource, err)
 		}
-		if err := s.publishSchema(ctx, sink, schemas, t, state.ConsistentPoint); err != nil {
+		t, err := cat.table(ctx, rel, rel.snapshotColumns())
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", fault.ErrSource, err)
+		}
+		if err := s.publishSchema(ctx, sink, schemas, t, rel, change.Position{Seq: state.ConsistentPoint}); err != nil {
 			return nil, err
 		}
 		if redo {
@@ -101,7 +105,7 @@ func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, sink Sink, store 
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("%w: end snapshot transaction: %v", fault.ErrUnavailable, err)
 	}
-	sink.EndTxn(state.ConsistentPoint)
+	sink.EndTxn(change.Boundary{Seq: state.ConsistentPoint, End: state.ConsistentPoint, Commit: state.SnapshotTime})
 	if err := sink.Flush(ctx); err != nil {
 		return nil, err
 	}
@@ -113,7 +117,7 @@ func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, sink Sink, store 
 	return state, nil
 }
 
-func (s *Source) copyTable(ctx context.Context, tx pgx.Tx, sink Sink, t *change.Table, state *State) (int64, error) {
+func (s *Source) copyTable(ctx context.Context, tx pgx.Tx, sink Sink, t *change.Table, state *change.SourceState) (int64, error) {
 	cols := make([]string, len(t.Columns))
 	for i, c := range t.Columns {
 		cols[i] = pgx.Identifier{c.Name}.Sanitize()

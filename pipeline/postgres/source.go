@@ -26,9 +26,8 @@ type Sink interface {
 	// It blocks only for backpressure. After a restart the sink drops
 	// stream events it already holds.
 	Event(ctx context.Context, ev *change.Event) error
-	// EndTxn says every event handed over so far belongs to transactions
-	// that end at or before end.
-	EndTxn(end change.LSN)
+	// EndTxn says every event handed over so far is at or before b.
+	EndTxn(b change.Boundary)
 	// Durable is the highest end LSN up to which everything is
 	// acknowledged; only it may be confirmed to PostgreSQL.
 	Durable() change.LSN
@@ -39,20 +38,9 @@ type Sink interface {
 // StateStore keeps the source's state next to its output, so the two
 // cannot disagree.
 type StateStore interface {
-	LoadState(ctx context.Context) (*State, error)
-	SaveState(ctx context.Context, s State) error
+	LoadState(ctx context.Context) (*change.SourceState, error)
+	SaveState(ctx context.Context, s change.SourceState) error
 	LoadSchemas(ctx context.Context) (map[string]*change.Table, error)
-}
-
-// State is what the source must remember across runs.
-type State struct {
-	Slot            string     `json:"slot"`
-	ConsistentPoint change.LSN `json:"consistent_point"`
-	// SnapshotTime (µs since the epoch) is the _commit_ts of snapshot rows.
-	SnapshotTime int64 `json:"snapshot_time_us"`
-	// Snapshotted is set once every snapshot row is acknowledged.
-	Snapshotted bool     `json:"snapshotted"`
-	Tables      []string `json:"tables"`
 }
 
 // SourceConfig configures a Source.
@@ -62,14 +50,31 @@ type SourceConfig struct {
 	Slot        string
 	Publication string
 	Heartbeat   time.Duration
+	// BufferBytes bounds the WAL bytes received but not yet handed to the
+	// sink (default 64 MiB): a transaction of huge rows waits in
+	// PostgreSQL, not in memory.
+	BufferBytes int64
+	// Applied, if set, is the end LSN up to which everything downstream of
+	// the sink (the warehouse) has durably applied: the slot is confirmed
+	// only up to it, so a Kafka that loses its data can be refilled from
+	// the WAL.
+	Applied func() change.LSN
+	// Delivered is a position downstream already holds every event up
+	// to: stream events at or before it are not handed over again.
+	Delivered change.LSN
+	// Fallback is the state the warehouse kept, used when the store has
+	// none (the Kafka data was deleted, or the topic prefix changed).
+	Fallback *change.SourceState
 }
 
 // Stats are the source's counters, safe to read while it runs.
 type Stats struct {
 	Events    atomic.Int64 // row events handed to the sink
-	Txns      atomic.Int64 // transactions completed
 	Received  atomic.Uint64
 	ServerWAL atomic.Uint64 // the server's WAL end, from the stream
+	// Buffered is the WAL bytes received and not yet handed over;
+	// BufferedPeak its highest value.
+	Buffered, BufferedPeak atomic.Int64
 }
 
 // Source captures a PostgreSQL database: the initial snapshot, then the
@@ -87,6 +92,9 @@ type Source struct {
 
 // NewSource returns a Source; nothing connects until Run.
 func NewSource(cfg SourceConfig, log *slog.Logger) *Source {
+	if cfg.BufferBytes <= 0 {
+		cfg.BufferBytes = 64 << 20
+	}
 	return &Source{cfg: cfg, log: log, streaming: make(chan struct{}), ignored: map[*change.Table]bool{}}
 }
 
@@ -111,6 +119,14 @@ func (s *Source) Run(ctx context.Context, sink Sink, store StateStore, drain <-c
 	state, err := store.LoadState(ctx)
 	if err != nil {
 		return err
+	}
+	if state == nil && s.cfg.Fallback != nil {
+		state = s.cfg.Fallback
+		s.log.Warn("Kafka holds no source state (its data was deleted, or kafka.topic_prefix changed); resuming the slot from the warehouse's copy",
+			"slot", state.Slot, "snapshotted", state.Snapshotted)
+		if err := store.SaveState(ctx, *state); err != nil {
+			return err
+		}
 	}
 	schemas, err := store.LoadSchemas(ctx)
 	if err != nil {
@@ -181,24 +197,54 @@ func (s *Source) tableNames() []string {
 	return names
 }
 
-// publishSchema records t if it is new or an additive change of what was
-// recorded, and fails with fault.ErrSchemaBreak otherwise.
-func (s *Source) publishSchema(ctx context.Context, sink Sink, schemas map[string]*change.Table, t *change.Table, at change.LSN) error {
+// publishSchema records t, the schema of rel from position at on, if it is
+// new or evolves the recorded one without changing any value (columns
+// added, types widened), and fails with fault.ErrSchemaBreak otherwise,
+// before any change of the new shape is handed on.
+func (s *Source) publishSchema(ctx context.Context, sink Sink, schemas map[string]*change.Table, t *change.Table, rel *relation, at change.Position) error {
 	prev := schemas[t.ID()]
+	if prev != nil && at.Less(prev.Since) {
+		// PostgreSQL re-sends WAL from before the recorded schema took
+		// effect (the slot's position is saved only at checkpoints): its
+		// Relation messages describe the layout of their time, which the
+		// schema history already holds.
+		return nil
+	}
+	t.Since = at
+	if prev != nil {
+		for i, c := range t.Columns {
+			if j := prev.Column(c.Name); j >= 0 {
+				t.Columns[i].Fill = prev.Columns[j].Fill
+			}
+		}
+	}
 	if prev != nil && prev.Equal(t) {
 		return nil
 	}
 	if prev != nil {
-		added, err := prev.CheckEvolution(t)
-		if err != nil {
+		stop := func(err error) error {
 			return fmt.Errorf("%w: %v; ingestion stopped at %s before writing any change of that transaction, and the slot stays there: revert the change in the source, or rebuild this table's history under a new source.slot",
 				fault.ErrSchemaBreak, err, at)
 		}
-		names := make([]string, len(added))
-		for i, c := range added {
-			names[i] = c.Name + " " + c.Type.Name
+		ev, err := prev.CheckEvolution(t)
+		if err != nil {
+			return stop(err)
 		}
-		s.log.Info("source table gained columns", "table", t.ID(), "added", names, "lsn", at)
+		var added, widened []string
+		for _, c := range ev.Added {
+			fill, err := rel.fill(prev, c, at)
+			if err != nil {
+				return stop(err)
+			}
+			t.Columns[t.Column(c.Name)].Fill = fill
+			added = append(added, c.Name+" "+c.Type.Name)
+		}
+		for _, w := range ev.Widened {
+			widened = append(widened, w.Column.Name+" "+w.From.Name+" → "+w.Column.Type.Name)
+		}
+		if len(added)+len(widened) > 0 {
+			s.log.Info("source table evolved", "table", t.ID(), "added", added, "widened", widened, "lsn", at)
+		}
 	}
 	if err := sink.Schema(ctx, t); err != nil {
 		return err
@@ -207,9 +253,9 @@ func (s *Source) publishSchema(ctx context.Context, sink Sink, schemas map[strin
 	return nil
 }
 
-func (s *Source) configured(id string) bool {
+func (s *Source) configured(schema, name string) bool {
 	for _, t := range s.cfg.Tables {
-		if t.String() == id {
+		if t.Schema == schema && t.Name == name {
 			return true
 		}
 	}

@@ -23,7 +23,7 @@ type memSink struct {
 	mu      sync.Mutex
 	events  []change.Event
 	schemas []*change.Table
-	state   *postgres.State
+	state   *change.SourceState
 	durable change.LSN
 }
 
@@ -55,10 +55,10 @@ func copyRow(r []change.Datum) []change.Datum {
 	return out
 }
 
-func (s *memSink) EndTxn(end change.LSN) {
+func (s *memSink) EndTxn(b change.Boundary) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.durable = end
+	s.durable = b.End
 }
 
 func (s *memSink) Durable() change.LSN {
@@ -69,13 +69,13 @@ func (s *memSink) Durable() change.LSN {
 
 func (s *memSink) Flush(context.Context) error { return nil }
 
-func (s *memSink) LoadState(context.Context) (*postgres.State, error) {
+func (s *memSink) LoadState(context.Context) (*change.SourceState, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.state, nil
 }
 
-func (s *memSink) SaveState(_ context.Context, st postgres.State) error {
+func (s *memSink) SaveState(_ context.Context, st change.SourceState) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.state = &st

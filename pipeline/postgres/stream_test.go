@@ -165,7 +165,7 @@ func TestPreflightSaysWhatToRun(t *testing.T) {
 	err := drain(t, dsn, &memSink{}, "nokey", "partial", "missing")
 	for _, want := range []string{
 		"table public.nokey has no primary key",
-		"run ALTER TABLE public.partial REPLICA IDENTITY FULL",
+		"run ALTER TABLE public.partial REPLICA IDENTITY FULL;",
 		"table public.missing does not exist",
 	} {
 		if !errors.Is(err, fault.ErrSource) || !strings.Contains(err.Error(), want) {

@@ -1,0 +1,36 @@
+package change
+
+// SourceState is what the source must remember across runs. It is kept
+// in Kafka next to the events, and the warehouse keeps a copy, so a
+// pipeline whose Kafka data was lost still knows its slot.
+type SourceState struct {
+	Slot            string `json:"slot"`
+	ConsistentPoint LSN    `json:"consistent_point"`
+	// SnapshotTime (µs since the epoch) is the _commit_ts of snapshot rows.
+	SnapshotTime int64 `json:"snapshot_time_us"`
+	// Snapshotted is set once every snapshot row is acknowledged.
+	Snapshotted bool     `json:"snapshotted"`
+	Tables      []string `json:"tables"`
+}
+
+// Boundary is the end of a source transaction (or of the snapshot, or a
+// point where nothing was open): every event at or before Seq has been
+// handed over, and End is the WAL position PostgreSQL may be told is done.
+type Boundary struct {
+	// Seq bounds the positions handed over: events with _cdc_seq <= Seq.
+	Seq LSN
+	// End is the transaction's end LSN (what a slot acknowledgement names).
+	End LSN
+	// Commit is the commit time (µs since the epoch), 0 when unknown.
+	Commit int64
+}
+
+// Watermark says that every event with _cdc_seq <= Seq is in Kafka, below
+// the given end offsets. Offsets lists only the partitions written since
+// the previous watermark; the others have not moved.
+type Watermark struct {
+	Seq     LSN                        `json:"seq"`
+	End     LSN                        `json:"end"`
+	Commit  int64                      `json:"commit_us,omitempty"`
+	Offsets map[string]map[int32]int64 `json:"offsets,omitempty"`
+}

@@ -1,0 +1,151 @@
+package warehouse
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/lakeflow/lakeflow/pipeline/change"
+)
+
+// parseSQL turns the staged envelopes of one table into typed rows, the
+// shape of a lake file plus its day: op, before, after (typed structs),
+// _cdc_seq, _cdc_ord, _commit_ts, lsn, tx_id, kafka_topic,
+// kafka_partition, kafka_offset.
+func parseSQL(id int, topic string, t *change.Table) string {
+	img := map[string]any{}
+	for _, c := range t.Columns {
+		img[c.Name] = duckType(c.Type).extract
+	}
+	structure, _ := json.Marshal(map[string]any{
+		"op": "VARCHAR", "before": img, "after": img,
+		"source":   map[string]string{"lsn": "UBIGINT", "txId": "UBIGINT"},
+		"_cdc_seq": "UBIGINT", "_cdc_ord": "UINTEGER", "_commit_ts": "VARCHAR",
+	})
+	image := func(side string) string {
+		x := "j." + side
+		fields := make([]string, len(t.Columns))
+		for i, c := range t.Columns {
+			fields[i] = ident(c.Name) + " := " + duckType(c.Type).conv(x+"."+ident(c.Name))
+		}
+		return fmt.Sprintf("CASE WHEN %s IS NULL THEN NULL ELSE struct_pack(%s) END AS %s", x, strings.Join(fields, ", "), side)
+	}
+	return fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE lakeflow_rows AS
+SELECT j.op AS op, %s, %s,
+	j._cdc_seq AS _cdc_seq, j._cdc_ord AS _cdc_ord, CAST(j._commit_ts AS TIMESTAMPTZ) AS _commit_ts,
+	j.source.lsn AS lsn, j.source.txId AS tx_id,
+	%s AS kafka_topic, kafka_partition, kafka_offset,
+	CAST(CAST(j._commit_ts AS TIMESTAMPTZ) AS DATE) AS day
+FROM (SELECT kafka_partition, kafka_offset, from_json(v, %s) AS j FROM lakeflow_stage WHERE tbl = %d)`,
+		image("before"), image("after"), literal(topic), literal(string(structure)), id)
+}
+
+// applySQL applies lakeflow_rows to silver: the newest change per key
+// wins, and only where its (_cdc_seq, _cdc_ord) is newer than the row's,
+// so replays and stale events are no-ops. Deletes are soft: the row is
+// marked and keeps the values of its last live version — the newest
+// insert or update of the key in the batch, else what silver holds — so
+// a delete that carries the key alone (no REPLICA IDENTITY FULL) loses
+// nothing, and the result does not depend on where batches end. A
+// truncate soft-deletes every row older than it.
+func applySQL(t *change.Table) []string {
+	silver := "silver." + ident(t.Name)
+	var names, values, liveSets, deadSets, on, final []string
+	for _, c := range t.Columns {
+		n := ident(c.Name)
+		names = append(names, n)
+		values = append(values, columnValue(c, "s.img"))
+		liveSets = append(liveSets, n+" = "+columnValue(c, "s.img"))
+		deadSets = append(deadSets, fmt.Sprintf("%s = CASE WHEN s.live IS NULL THEN t.%s ELSE %s END", n, n, columnValue(c, "s.live")))
+		final = append(final, fmt.Sprintf("CASE WHEN NOT s.del THEN %s WHEN s.live IS NOT NULL THEN %s WHEN t._cdc_seq IS NOT NULL THEN t.%s ELSE %s END AS %s",
+			columnValue(c, "s.img"), columnValue(c, "s.live"), n, columnValue(c, "s.img"), n))
+		if c.Key {
+			on = append(on, "t."+n+" = s.img."+n)
+		}
+	}
+	meta := []string{"_cdc_seq", "_cdc_ord", "_commit_ts"}
+	names = append(names, append(meta, "_deleted")...)
+	values = append(values, "s._cdc_seq", "s._cdc_ord", "s._commit_ts", "s.del")
+	var metaSets []string
+	for _, m := range meta {
+		metaSets = append(metaSets, m+" = s."+m)
+		final = append(final, "s."+m)
+	}
+	final = append(final, "s.del AS _deleted")
+	liveSets = append(append(liveSets, metaSets...), "_deleted = false")
+	deadSets = append(append(deadSets, metaSets...), "_deleted = true")
+	var keyExprs []string
+	for _, i := range t.KeyColumns() {
+		keyExprs = append(keyExprs, "COALESCE(after, before)."+ident(t.Columns[i].Name))
+	}
+	keys := strings.Join(keyExprs, ", ")
+	latest := fmt.Sprintf(`SELECT COALESCE(after, before) AS img, op = 'd' AS del, _cdc_seq, _cdc_ord, _commit_ts,
+		last_value(after IGNORE NULLS) OVER (PARTITION BY %[1]s ORDER BY _cdc_seq, _cdc_ord
+			ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS live
+	FROM lakeflow_rows WHERE op <> 't'
+	QUALIFY row_number() OVER (PARTITION BY %[1]s ORDER BY _cdc_seq DESC, _cdc_ord DESC) = 1`, keys)
+	newer := positionLess("t", "s")
+	match := strings.Join(on, " AND ")
+	truncate := fmt.Sprintf(`UPDATE %[1]s AS t SET _deleted = true, _cdc_seq = s._cdc_seq, _cdc_ord = s._cdc_ord, _commit_ts = s._commit_ts
+FROM (SELECT _cdc_seq, _cdc_ord, _commit_ts FROM lakeflow_rows WHERE op = 't' ORDER BY _cdc_seq DESC, _cdc_ord DESC LIMIT 1) AS s
+WHERE NOT t._deleted AND %[2]s`, silver, newer)
+	if hasInterval(t) {
+		// DuckDB's UPDATE keeps the old spelling of an interval that
+		// compares equal: rows are replaced instead.
+		return []string{
+			fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE lakeflow_latest AS SELECT %s FROM (%s) AS s LEFT JOIN %s AS t ON %s
+				WHERE t._cdc_seq IS NULL OR %s`, strings.Join(final, ", "), latest, silver, match, newer),
+			fmt.Sprintf("DELETE FROM %s AS t USING lakeflow_latest AS s WHERE %s", silver, strings.ReplaceAll(match, "s.img.", "s.")),
+			fmt.Sprintf("INSERT INTO %s (%s) SELECT * FROM lakeflow_latest", silver, strings.Join(names, ", ")),
+			truncate,
+		}
+	}
+	return []string{
+		fmt.Sprintf(`MERGE INTO %s AS t USING (%s) AS s ON %s
+WHEN MATCHED AND s.del AND %s THEN UPDATE SET %s
+WHEN MATCHED AND %s THEN UPDATE SET %s
+WHEN NOT MATCHED THEN INSERT (%s) VALUES (%s)`,
+			silver, latest, match, newer, strings.Join(deadSets, ", "), newer, strings.Join(liveSets, ", "),
+			strings.Join(names, ", "), strings.Join(values, ", ")),
+		truncate,
+	}
+}
+
+// columnValue is the silver value of column c in image img (a lake
+// struct) of an event aliased s: columns added after the event get their
+// fill.
+func columnValue(c change.Column, img string) string {
+	v := duckType(c.Type).silverValue(img + "." + ident(c.Name))
+	if c.Fill.Set() {
+		// Events older than the column lack it; their rows hold the
+		// column's default.
+		v = fmt.Sprintf("CASE WHEN %s THEN %s ELSE %s END", positionBefore("s", c.Fill.Before), fillValue(c), v)
+	}
+	return v
+}
+
+// positionLess is SQL saying that the position of row a comes before the
+// position of row b: the one ordering every guard uses (_cdc_seq, then
+// _cdc_ord; DESIGN.md invariant 1), as change.Position.Less does in Go.
+func positionLess(a, b string) string {
+	return fmt.Sprintf("(%[1]s._cdc_seq < %[2]s._cdc_seq OR (%[1]s._cdc_seq = %[2]s._cdc_seq AND %[1]s._cdc_ord < %[2]s._cdc_ord))", a, b)
+}
+
+// positionBefore is SQL saying that the position of row a comes before p.
+func positionBefore(a string, p change.Position) string {
+	return fmt.Sprintf("(%[1]s._cdc_seq < %[2]d OR (%[1]s._cdc_seq = %[2]d AND %[1]s._cdc_ord < %[3]d))", a, uint64(p.Seq), p.Ord)
+}
+
+// fillValue is the SQL value of a column's fill, decoded the way its
+// events are: PostgreSQL text → envelope JSON → lake value → silver.
+func fillValue(c change.Column) string {
+	if c.Fill.Null {
+		return "NULL"
+	}
+	enc, err := change.AppendValue(nil, c.Type, []byte(c.Fill.Text))
+	if err != nil {
+		return "NULL" // the source's own default text; it always encodes
+	}
+	ct := duckType(c.Type)
+	return ct.silverValue(ct.conv(fmt.Sprintf("from_json(%s, %s)", literal(string(enc)), literal(`"`+ct.extract+`"`))))
+}
