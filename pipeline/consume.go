@@ -15,12 +15,12 @@ import (
 	"github.com/lakeflow/lakeflow/warehouse"
 )
 
-const (
-	// finishTimeout bounds the last batch applied after a cancel.
-	finishTimeout = time.Minute
-	// trimInterval is how often committed records are trimmed from Kafka.
-	trimInterval = 30 * time.Second
-)
+// finishTimeout bounds the last batch applied after a cancel.
+const finishTimeout = time.Minute
+
+// trimInterval is how often committed records are trimmed from Kafka
+// (tests shorten it).
+var trimInterval = 30 * time.Second
 
 // consumer moves records from Kafka into the lake and the warehouse, one
 // batch (one DuckDB transaction) at a time. A batch ends at a watermark

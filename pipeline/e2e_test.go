@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/demo"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
@@ -133,7 +134,11 @@ func assertLakeExactlyOnce(t *testing.T, cfg *config.Config, tables ...string) {
 	queryRow(t, db, "SELECT sum(next_offset) FROM lakeflow.offsets WHERE topic NOT LIKE '%._schemas' AND topic NOT LIKE '%._watermarks'", &records)
 	var events int64
 	for _, table := range tables {
-		glob := filepath.Join(cfg.Lake.Dir, table, "*", "*.parquet")
+		ct, err := config.ParseTable(table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		glob := filepath.Join(cfg.Lake.Dir, change.SafeName(ct.Name), "*", "*.parquet")
 		var n, dupOffsets, dupPositions int64
 		queryRow(t, db, "SELECT count(*) FROM read_parquet(?, union_by_name = true)", &n, glob)
 		queryRow(t, db, `SELECT count(*) FROM (SELECT kafka_partition, kafka_offset FROM read_parquet(?, union_by_name = true)

@@ -25,7 +25,9 @@ type Schema struct {
 // state, the source's state (nil: unchanged). Any other change is
 // refused: applying it would rewrite history.
 func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTopic string, pos TopicPosition, state *change.SourceState) error {
-	var stmts []string
+	// DuckDB refuses to commit a transaction that alters a table after
+	// updating it: every ALTER runs before every UPDATE.
+	var stmts, fills []string
 	latest := map[string]Schema{}
 	var order []string
 	for _, s := range schemas {
@@ -39,13 +41,15 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 			order = append(order, id)
 		}
 		next := carryFills(prev, s.Table)
-		ddl, err := evolve(prev, next)
+		ddl, dml, err := evolve(prev, next)
 		if err != nil {
 			return err
 		}
 		stmts = append(stmts, ddl...)
+		fills = append(fills, dml...)
 		latest[id] = Schema{Topic: s.Topic, Table: next}
 	}
+	stmts = append(stmts, fills...)
 	for id, s := range latest {
 		schemaJSON, err := json.Marshal(s.Table)
 		if err != nil {
@@ -131,17 +135,17 @@ func carryFills(prev, next *change.Table) *change.Table {
 }
 
 // evolve returns the DDL that takes silver from prev (nil: no table yet)
-// to next.
-func evolve(prev, next *change.Table) ([]string, error) {
+// to next, and the updates that give rows older than an added column its
+// default.
+func evolve(prev, next *change.Table) (ddl, dml []string, err error) {
 	if prev == nil {
-		return []string{createTable(next)}, nil
+		return []string{createTable(next)}, nil, nil
 	}
 	ev, err := prev.CheckEvolution(next)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", fault.ErrSchemaBreak, err)
+		return nil, nil, fmt.Errorf("%w: %v", fault.ErrSchemaBreak, err)
 	}
 	silver := "silver." + ident(next.Name)
-	var ddl []string
 	rebuild := false
 	for _, wc := range ev.Widened {
 		if wc.Column.Key {
@@ -160,10 +164,10 @@ func evolve(prev, next *change.Table) ([]string, error) {
 		if c.Fill.Set() {
 			// The rows silver has are older than the column: PostgreSQL
 			// gave them its default.
-			ddl = append(ddl, fmt.Sprintf("UPDATE %s AS s SET %s = %s WHERE %s", silver, ident(c.Name), fillValue(c), positionBefore("s", c.Fill.Before)))
+			dml = append(dml, fmt.Sprintf("UPDATE %s AS s SET %s = %s WHERE %s", silver, ident(c.Name), fillValue(c), positionBefore("s", c.Fill.Before)))
 		}
 	}
-	return ddl, nil
+	return ddl, dml, nil
 }
 
 // rebuildTable copies silver into a table with next's types for prev's

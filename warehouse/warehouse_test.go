@@ -89,7 +89,9 @@ func (f *fixture) rec(op change.Op, seq, ord int, vals ...string) Record {
 	return r
 }
 
-func schemaPos(next int64) TopicPosition { return TopicPosition{ID: "s", Next: map[int32]int64{0: next}} }
+func schemaPos(next int64) TopicPosition {
+	return TopicPosition{ID: "s", Next: map[int32]int64{0: next}}
+}
 
 // apply applies recs as one consistent batch.
 func (f *fixture) apply(recs ...Record) BatchStats {

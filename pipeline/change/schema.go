@@ -117,4 +117,3 @@ func (t *Table) Column(name string) int {
 	}
 	return -1
 }
-

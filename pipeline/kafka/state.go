@@ -88,7 +88,7 @@ func readMeta(ctx context.Context, brokers []string, cl *kgo.Client, topic strin
 		return nil, pos, false, unavailable("describe topic "+topic, err)
 	}
 	if n == 0 {
-		return nil, pos, pos.Next[0] > 0, nil
+		return nil, Position{Next: map[int32]int64{}}, pos.Next[0] > 0, nil
 	}
 	start, end, err := offsets(ctx, kadm.NewClient(cl), topic)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/config"
 )
 
 // catalog resolves table schemas and column types from the source's
@@ -110,6 +111,21 @@ func (c *catalog) relation(ctx context.Context, oid uint32, schema, name string)
 		return nil, fmt.Errorf("read storage of %s: %w", change.QualifiedName(schema, name), err)
 	}
 	return rel, nil
+}
+
+// partitionRoot returns the root of the partitioned table that the
+// relation with the given oid is a partition of, or nil.
+func (c *catalog) partitionRoot(ctx context.Context, oid uint32) (*config.Table, error) {
+	var t config.Table
+	err := c.conn.QueryRow(ctx, `SELECT n.nspname, r.relname FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace
+		WHERE r.oid = pg_partition_root($1) AND r.oid <> $1`, oid).Scan(&t.Schema, &t.Name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up the partition root of relation %d: %w", oid, err)
+	}
+	return &t, nil
 }
 
 // attribute returns the named attribute, or nil.

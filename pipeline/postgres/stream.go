@@ -267,6 +267,14 @@ func (s *Source) relation(ctx context.Context, dec *Decoder, cat *catalog, sink 
 				return nil
 			}
 		}
+		// Publishing via the partition root, pgoutput also describes the
+		// partition a change was made in; the change itself names the root.
+		if root, err := cat.partitionRoot(ctx, rel.RelationID); err != nil {
+			return connLost{err}
+		} else if root != nil && s.configured(root.Schema, root.Name) {
+			s.ignored[t] = true
+			return nil
+		}
 		return fmt.Errorf("%w: table %s is in publication %s but not in source.tables (renamed?); ingestion stopped at %s",
 			fault.ErrSchemaBreak, id, s.cfg.Publication, at)
 	}

@@ -180,3 +180,38 @@ func TestPreflightSaysWhatToRun(t *testing.T) {
 		t.Errorf("want the replication privilege named, got %v", err)
 	}
 }
+
+// TestChangesThatRewriteValuesStop: a change that gives existing rows
+// values no event carries, or that changes values, stops ingestion before
+// the first change of the new shape, naming what happened.
+func TestChangesThatRewriteValuesStop(t *testing.T) {
+	for name, tc := range map[string]struct {
+		ddl  string
+		want string
+	}{
+		"volatile default": {"ALTER TABLE t ADD COLUMN r float8 DEFAULT random()", "rewrote the table"},
+		"identity column":  {"ALTER TABLE t ADD COLUMN n int GENERATED ALWAYS AS IDENTITY", "an identity"},
+		"retype":           {"ALTER TABLE t ALTER COLUMN a TYPE text USING a::text", "changed type from integer to text"},
+		"narrowing":        {"ALTER TABLE t ALTER COLUMN c TYPE varchar(2)", "narrowed from character varying(10) to character varying(2)"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dsn := pg.NewDatabase(t)
+			pgtest.Exec(t, dsn, "CREATE TABLE t (id int PRIMARY KEY, a int, c varchar(10))", "ALTER TABLE t REPLICA IDENTITY FULL",
+				"INSERT INTO t VALUES (1, 1, 'x')")
+			sink := &memSink{}
+			r := follow(t, dsn, sink, "t")
+			pgtest.Exec(t, dsn, tc.ddl, "INSERT INTO t (id) VALUES (2)")
+			select {
+			case <-r.done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("source did not stop")
+			}
+			if !errors.Is(r.err, fault.ErrSchemaBreak) || !strings.Contains(r.err.Error(), tc.want) {
+				t.Fatalf("want a breaking-change error saying %q, got %v", tc.want, r.err)
+			}
+			if sink.ids("t")["2"] {
+				t.Fatal("the change after it was delivered")
+			}
+		})
+	}
+}
