@@ -303,12 +303,10 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 	c.stats.events.Add(int64(st.Events))
 	c.stats.batches.Add(1)
 	c.stats.files.Add(int64(st.LakeFiles))
-	if st.Events > 0 {
-		c.log.Debug("batch committed", "events", st.Events, "tables", st.Tables, "lake_files", st.LakeFiles,
-			"consistent", batch.Watermark != nil,
-			"stage", st.Stage.Round(time.Millisecond), "decode", st.Decode.Round(time.Millisecond), "lake", st.Lake.Round(time.Millisecond),
-			"merge", st.Merge.Round(time.Millisecond), "commit", st.Commit.Round(time.Millisecond))
-	}
+	c.log.Debug("batch committed", "events", st.Events, "tables", st.Tables, "lake_files", st.LakeFiles,
+		"consistent", batch.Watermark != nil,
+		"stage", st.Stage.Round(time.Millisecond), "decode", st.Decode.Round(time.Millisecond), "lake", st.Lake.Round(time.Millisecond),
+		"merge", st.Merge.Round(time.Millisecond), "commit", st.Commit.Round(time.Millisecond))
 	c.trim(ctx)
 	return nil
 }

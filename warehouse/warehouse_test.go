@@ -93,14 +93,18 @@ func schemaPos(next int64) TopicPosition {
 	return TopicPosition{ID: "s", Next: map[int32]int64{0: next}}
 }
 
-// apply applies recs as one consistent batch.
-func (f *fixture) apply(recs ...Record) BatchStats {
-	f.t.Helper()
+// batch makes recs one batch.
+func batch(recs ...Record) Batch {
 	pos := TopicPosition{ID: "t", Next: map[int32]int64{}}
 	for _, r := range recs {
 		pos.Next[r.Partition] = max(pos.Next[r.Partition], r.Offset+1)
 	}
-	st, err := f.wh.Apply(context.Background(), Batch{Records: recs, Positions: map[string]TopicPosition{topic: pos}})
+	return Batch{Records: recs, Positions: map[string]TopicPosition{topic: pos}}
+}
+
+func (f *fixture) apply(recs ...Record) BatchStats {
+	f.t.Helper()
+	st, err := f.wh.Apply(context.Background(), batch(recs...))
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -248,4 +252,22 @@ func TestSchemaEvolution(t *testing.T) {
 	if got, _ := f.wh.Offsets(ctx, "lf._schemas"); got.Next[0] != 2 {
 		t.Fatalf("a refused schema moved the schema topic offset to %v", got)
 	}
+}
+
+// TestCancelDuringABatchStillCommitsIt: a Ctrl-C while a batch is applied
+// lets it finish (COMMIT never runs under a cancelled context, which
+// would leave the connection inside a transaction).
+func TestCancelDuringABatchStillCommitsIt(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	ctx, cancel := context.WithCancel(context.Background())
+	f.wh.beforeCommit = cancel
+	if _, err := f.wh.Apply(ctx, batch(f.rec(change.OpCreate, 100, 1, "1", "a", ""))); err != nil {
+		t.Fatalf("a batch cancelled at its commit: %v", err)
+	}
+	f.wh.beforeCommit = nil
+	f.apply(f.rec(change.OpCreate, 200, 1, "2", "b", ""))
+	expect(t, f.silver(), `
+1 a ∅ @100/1
+2 b ∅ @200/1`)
 }

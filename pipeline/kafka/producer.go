@@ -240,7 +240,7 @@ func (p *Producer) Durable() change.LSN {
 		b := p.pending[n]
 		ok := true
 		for _, m := range b.marks {
-			if m.part.broken.Load() || m.part.acked.Load() < m.produced {
+			if m.part.acked.Load() < m.produced {
 				ok = false
 				break
 			}
@@ -358,20 +358,7 @@ func (p *Producer) topic(ctx context.Context, t *change.Table) (*topicState, err
 	}
 	for i := 0; i < n; i++ {
 		part := &partState{topic: name, partition: int32(i)}
-		part.promise = func(r *kgo.Record, err error) {
-			if part.broken.Load() {
-				return
-			}
-			if err == nil && r.Offset != part.base+part.acked.Load() {
-				err = fmt.Errorf("the record landed at offset %d, not %d: another producer writes to lakeflow's topics", r.Offset, part.base+part.acked.Load())
-			}
-			if err != nil {
-				part.broken.Store(true)
-				p.fail(fmt.Errorf("%w: kafka: produce to %s/%d: %v", fault.ErrUnavailable, part.topic, part.partition, err))
-				return
-			}
-			part.acked.Add(1)
-		}
+		part.promise = func(r *kgo.Record, err error) { p.ack(part, r, err) }
 		s, _ := start.Lookup(name, int32(i))
 		e, _ := end.Lookup(name, int32(i))
 		part.base = e.Offset
@@ -388,6 +375,25 @@ func (p *Producer) topic(ctx context.Context, t *change.Table) (*topicState, err
 	}
 	p.topics[t.ID()] = ts
 	return ts, nil
+}
+
+// ack counts a record Kafka answered for. Promises run in produce order
+// per partition, so acked counts the records that arrived, in order and
+// without a gap, at the offsets they were expected at; the first failure
+// stops the count for good.
+func (p *Producer) ack(part *partState, r *kgo.Record, err error) {
+	if part.broken.Load() {
+		return
+	}
+	if err == nil && r.Offset != part.base+part.acked.Load() {
+		err = fmt.Errorf("the record landed at offset %d, not %d: another producer writes to lakeflow's topics", r.Offset, part.base+part.acked.Load())
+	}
+	if err != nil {
+		part.broken.Store(true)
+		p.fail(fmt.Errorf("%w: kafka: produce to %s/%d: %v", fault.ErrUnavailable, part.topic, part.partition, err))
+		return
+	}
+	part.acked.Add(1)
 }
 
 func (p *Producer) ensureWatermarkTopic(ctx context.Context) error {

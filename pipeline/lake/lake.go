@@ -25,6 +25,8 @@ const stagingDir = "_staging"
 // Lake is a lake directory.
 type Lake struct {
 	dir string
+	// sync makes a file or directory durable (a seam for tests).
+	sync func(path string) error
 }
 
 // Open creates the lake directory if needed.
@@ -32,7 +34,7 @@ func Open(dir string) (*Lake, error) {
 	if err := os.MkdirAll(filepath.Join(dir, stagingDir), 0o755); err != nil {
 		return nil, fmt.Errorf("%w: create lake %s: %v", fault.ErrEnvironment, dir, err)
 	}
-	return &Lake{dir: dir}, nil
+	return &Lake{dir: dir, sync: syncPath}, nil
 }
 
 // File is one lake file of a batch.
@@ -84,7 +86,7 @@ func (l *Lake) Publish(files []File) error {
 		dirs[filepath.Dir(final)] = true
 	}
 	for d := range dirs {
-		if err := syncPath(d); err != nil {
+		if err := l.sync(d); err != nil {
 			return err
 		}
 	}
@@ -111,7 +113,7 @@ func (l *Lake) mkdirs(dir string, dirty map[string]bool) error {
 
 // SyncStaging makes the staged files' names durable before the batch
 // that lists them commits.
-func (l *Lake) SyncStaging() error { return syncPath(filepath.Join(l.dir, stagingDir)) }
+func (l *Lake) SyncStaging() error { return l.sync(filepath.Join(l.dir, stagingDir)) }
 
 // Recover finishes what a crash interrupted: staged files of committed
 // batches are published, those of uncommitted batches removed (their

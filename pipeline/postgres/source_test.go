@@ -25,6 +25,8 @@ type memSink struct {
 	schemas []*change.Table
 	state   *change.SourceState
 	durable change.LSN
+	// delay slows every event down (a backlog downstream).
+	delay time.Duration
 }
 
 func (s *memSink) Schema(_ context.Context, t *change.Table) error {
@@ -36,6 +38,7 @@ func (s *memSink) Schema(_ context.Context, t *change.Table) error {
 
 // Event keeps a deep copy: the source reuses its buffers.
 func (s *memSink) Event(_ context.Context, ev *change.Event) error {
+	time.Sleep(s.delay)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := *ev
@@ -94,18 +97,32 @@ func (s *memSink) LoadSchemas(context.Context) (map[string]*change.Table, error)
 
 func drain(t *testing.T, dsn string, sink *memSink, tables ...string) error {
 	t.Helper()
-	var cts []config.Table
-	for _, tb := range tables {
-		cts = append(cts, config.Table{Schema: "public", Name: tb})
-	}
-	src := postgres.NewSource(postgres.SourceConfig{
-		DSN: dsn, Tables: cts, Slot: "s", Publication: "p", Heartbeat: time.Second,
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return drainWith(t, postgres.SourceConfig{DSN: dsn}, sink, tables...)
+}
+
+// drainWith runs a source configured as cfg (with defaults for what it
+// leaves unset) until the WAL written before the call is delivered.
+func drainWith(t *testing.T, cfg postgres.SourceConfig, sink *memSink, tables ...string) error {
+	t.Helper()
+	src := postgres.NewSource(sourceConfig(cfg, tables), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	done := make(chan struct{})
 	close(done)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	return src.Run(ctx, sink, sink, done)
+}
+
+func sourceConfig(cfg postgres.SourceConfig, tables []string) postgres.SourceConfig {
+	for _, tb := range tables {
+		cfg.Tables = append(cfg.Tables, config.Table{Schema: "public", Name: tb})
+	}
+	if cfg.Slot == "" {
+		cfg.Slot, cfg.Publication = "s", "p"
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = time.Second
+	}
+	return cfg
 }
 
 func TestUnchangedToastIsFilledFromOldRow(t *testing.T) {

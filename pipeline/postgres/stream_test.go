@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/postgres"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
@@ -28,13 +27,12 @@ type running struct {
 // follow runs a source until the test ends.
 func follow(t *testing.T, dsn string, sink *memSink, tables ...string) *running {
 	t.Helper()
-	var cts []config.Table
-	for _, tb := range tables {
-		cts = append(cts, config.Table{Schema: "public", Name: tb})
-	}
-	src := postgres.NewSource(postgres.SourceConfig{
-		DSN: dsn, Tables: cts, Slot: "s", Publication: "p", Heartbeat: 100 * time.Millisecond,
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return followWith(t, postgres.SourceConfig{DSN: dsn, Heartbeat: 100 * time.Millisecond}, sink, tables...)
+}
+
+func followWith(t *testing.T, cfg postgres.SourceConfig, sink *memSink, tables ...string) *running {
+	t.Helper()
+	src := postgres.NewSource(sourceConfig(cfg, tables), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{done: make(chan struct{}), cancel: cancel}
 	go func() {
