@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -111,22 +112,20 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, touched map[*table]b
 	slices.SortFunc(order, func(a, b *table) int { return a.id - b.id })
 	var files []lake.File
 	for _, t := range order {
-		if _, err := w.conn.ExecContext(ctx, t.parse); err != nil {
+		parse := strings.Replace(t.parse, floorMark, strconv.FormatUint(uint64(w.floor), 10), 1)
+		if _, err := w.conn.ExecContext(ctx, parse); err != nil {
 			return files, fmt.Errorf("decode %s events: %w", t.schema.ID(), err)
 		}
-		var bad int
-		if err := w.conn.QueryRowContext(ctx, `SELECT count(*) FROM lakeflow_rows
-			WHERE op IS NULL OR _cdc_seq IS NULL OR _cdc_ord IS NULL OR _commit_ts IS NULL
-			   OR (op <> 't' AND after IS NULL AND before IS NULL)`).Scan(&bad); err != nil {
+		var bad, keyOnly int
+		if err := w.conn.QueryRowContext(ctx, `SELECT
+			count(*) FILTER (op IS NULL OR _cdc_seq IS NULL OR _cdc_ord IS NULL OR _commit_ts IS NULL
+			                 OR (op <> 't' AND after IS NULL AND before IS NULL)),
+			count(*) FILTER (key_only)
+			FROM lakeflow_rows`).Scan(&bad, &keyOnly); err != nil {
 			return files, err
 		}
 		if bad > 0 {
 			return files, fmt.Errorf("%s: %d events in this batch are not lakeflow envelopes", t.topic, bad)
-		}
-		// Events at or before the last consistent batch are applied and in
-		// the lake already (the Kafka log was read again from its start).
-		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf("DELETE FROM lakeflow_rows WHERE _cdc_seq <= %d", w.floor)); err != nil {
-			return files, err
 		}
 		st.Decode += since()
 		tf, err := w.writeLake(ctx, t, b.Positions[t.topic].ID)
@@ -135,7 +134,11 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, touched map[*table]b
 			return files, fmt.Errorf("write lake files of %s: %w", t.schema.ID(), err)
 		}
 		st.Lake += since()
-		for _, stmt := range t.apply {
+		apply := t.apply
+		if keyOnly > 0 {
+			apply = t.applyKeyOnly
+		}
+		for _, stmt := range apply {
 			if _, err := w.conn.ExecContext(ctx, stmt); err != nil {
 				return files, fmt.Errorf("apply %s batch: %w", t.schema.ID(), err)
 			}
@@ -229,7 +232,7 @@ func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string) ([]
 		f := w.lake.NewFile(lakeDir(t.schema), g.day, lake.Span{Partition: g.part, First: g.first, Last: g.last,
 			MinSeq: change.LSN(g.minSeq), MaxSeq: change.LSN(g.maxSeq)})
 		files = append(files, f)
-		copySQL := fmt.Sprintf(`COPY (SELECT * EXCLUDE (day) FROM lakeflow_rows
+		copySQL := fmt.Sprintf(`COPY (SELECT * EXCLUDE (day, key_only) FROM lakeflow_rows
 			WHERE day = DATE %s AND kafka_partition = %d AND %s ORDER BY kafka_offset)
 			TO %s (FORMAT parquet, COMPRESSION zstd)`, literal(g.day), g.part, newer, literal(f.Staging))
 		if _, err := w.conn.ExecContext(ctx, copySQL); err != nil {

@@ -265,7 +265,7 @@ func (w *Warehouse) register(topic string, t *change.Table) *table {
 	if prev, ok := w.tables[t.ID()]; ok {
 		id = prev.id
 	}
-	tb := &table{id: id, topic: topic, schema: t, parse: parseSQL(id, topic, t), apply: applySQL(t)}
+	tb := &table{id: id, topic: topic, schema: t, parse: parseSQL(id, topic, t), apply: applySQL(t, false), applyKeyOnly: applySQL(t, true)}
 	w.tables[t.ID()] = tb
 	w.byTopic[topic] = tb
 	return tb

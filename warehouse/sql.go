@@ -8,10 +8,16 @@ import (
 	"github.com/lakeflow/lakeflow/pipeline/change"
 )
 
+// floorMark in parseSQL is replaced, per batch, by the position of the
+// last consistent batch: events at or before it are applied and in the
+// lake already (the Kafka log was read again from its start).
+const floorMark = "{floor}"
+
 // parseSQL turns the staged envelopes of one table into typed rows, the
-// shape of a lake file plus its day: op, before, after (typed structs),
-// _cdc_seq, _cdc_ord, _commit_ts, lsn, tx_id, kafka_topic,
-// kafka_partition, kafka_offset.
+// shape of a lake file plus its day and whether the before image holds
+// only the key: op, before, after (typed structs), _cdc_seq, _cdc_ord,
+// _commit_ts, lsn, tx_id, kafka_topic, kafka_partition, kafka_offset,
+// day, key_only.
 func parseSQL(id int, topic string, t *change.Table) string {
 	img := map[string]any{}
 	for _, c := range t.Columns {
@@ -20,7 +26,7 @@ func parseSQL(id int, topic string, t *change.Table) string {
 	structure, _ := json.Marshal(map[string]any{
 		"op": "VARCHAR", "before": img, "after": img,
 		"source":   map[string]string{"lsn": "UBIGINT", "txId": "UBIGINT"},
-		"_cdc_seq": "UBIGINT", "_cdc_ord": "UINTEGER", "_commit_ts": "VARCHAR",
+		"_cdc_seq": "UBIGINT", "_cdc_ord": "UINTEGER", "_commit_ts": "VARCHAR", "_before_key_only": "BOOLEAN",
 	})
 	image := func(side string) string {
 		x := "j." + side
@@ -35,30 +41,37 @@ SELECT j.op AS op, %s, %s,
 	j._cdc_seq AS _cdc_seq, j._cdc_ord AS _cdc_ord, CAST(j._commit_ts AS TIMESTAMPTZ) AS _commit_ts,
 	j.source.lsn AS lsn, j.source.txId AS tx_id,
 	%s AS kafka_topic, kafka_partition, kafka_offset,
-	CAST(CAST(j._commit_ts AS TIMESTAMPTZ) AS DATE) AS day
-FROM (SELECT kafka_partition, kafka_offset, from_json(v, %s) AS j FROM lakeflow_stage WHERE tbl = %d)`,
+	CAST(CAST(j._commit_ts AS TIMESTAMPTZ) AS DATE) AS day, coalesce(j._before_key_only, false) AS key_only
+FROM (SELECT kafka_partition, kafka_offset, from_json(v, %s) AS j FROM lakeflow_stage WHERE tbl = %d)
+WHERE j._cdc_seq IS NULL OR j._cdc_seq > `+floorMark,
 		image("before"), image("after"), literal(topic), literal(string(structure)), id)
 }
 
 // applySQL applies lakeflow_rows to silver: the newest change per key
 // wins, and only where its (_cdc_seq, _cdc_ord) is newer than the row's,
 // so replays and stale events are no-ops. Deletes are soft: the row is
-// marked and keeps the values of its last live version — the newest
-// insert or update of the key in the batch, else what silver holds — so
-// a delete that carries the key alone (no REPLICA IDENTITY FULL) loses
-// nothing, and the result does not depend on where batches end. A
-// truncate soft-deletes every row older than it.
-func applySQL(t *change.Table) []string {
+// marked and keeps the values of its last live version. A delete's before
+// image is that version, unless it holds only the key (keyOnly: the table
+// lacks REPLICA IDENTITY FULL); then the version is the newest insert or
+// update of the key in the batch, else what silver holds, so the result
+// does not depend on where batches end. A truncate soft-deletes every row
+// older than it.
+func applySQL(t *change.Table, keyOnly bool) []string {
 	silver := "silver." + ident(t.Name)
-	var names, values, liveSets, deadSets, on, final []string
+	var names, values, sets, on, final []string
 	for _, c := range t.Columns {
 		n := ident(c.Name)
+		v := columnValue(c, "s.img")
+		set := n + " = " + v
+		if keyOnly {
+			v = fmt.Sprintf("CASE WHEN NOT s.del THEN %s WHEN s.live IS NOT NULL THEN %s WHEN t._cdc_seq IS NOT NULL THEN t.%s ELSE %s END",
+				columnValue(c, "s.img"), columnValue(c, "s.live"), n, columnValue(c, "s.img"))
+			set = n + " = " + v
+		}
 		names = append(names, n)
 		values = append(values, columnValue(c, "s.img"))
-		liveSets = append(liveSets, n+" = "+columnValue(c, "s.img"))
-		deadSets = append(deadSets, fmt.Sprintf("%s = CASE WHEN s.live IS NULL THEN t.%s ELSE %s END", n, n, columnValue(c, "s.live")))
-		final = append(final, fmt.Sprintf("CASE WHEN NOT s.del THEN %s WHEN s.live IS NOT NULL THEN %s WHEN t._cdc_seq IS NOT NULL THEN t.%s ELSE %s END AS %s",
-			columnValue(c, "s.img"), columnValue(c, "s.live"), n, columnValue(c, "s.img"), n))
+		sets = append(sets, set)
+		final = append(final, v+" AS "+n)
 		if c.Key {
 			on = append(on, "t."+n+" = s.img."+n)
 		}
@@ -66,24 +79,25 @@ func applySQL(t *change.Table) []string {
 	meta := []string{"_cdc_seq", "_cdc_ord", "_commit_ts"}
 	names = append(names, append(meta, "_deleted")...)
 	values = append(values, "s._cdc_seq", "s._cdc_ord", "s._commit_ts", "s.del")
-	var metaSets []string
 	for _, m := range meta {
-		metaSets = append(metaSets, m+" = s."+m)
+		sets = append(sets, m+" = s."+m)
 		final = append(final, "s."+m)
 	}
+	sets = append(sets, "_deleted = s.del")
 	final = append(final, "s.del AS _deleted")
-	liveSets = append(append(liveSets, metaSets...), "_deleted = false")
-	deadSets = append(append(deadSets, metaSets...), "_deleted = true")
 	var keyExprs []string
 	for _, i := range t.KeyColumns() {
 		keyExprs = append(keyExprs, "COALESCE(after, before)."+ident(t.Columns[i].Name))
 	}
 	keys := strings.Join(keyExprs, ", ")
-	latest := fmt.Sprintf(`SELECT COALESCE(after, before) AS img, op = 'd' AS del, _cdc_seq, _cdc_ord, _commit_ts,
-		last_value(after IGNORE NULLS) OVER (PARTITION BY %[1]s ORDER BY _cdc_seq, _cdc_ord
-			ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS live
+	live := ""
+	if keyOnly {
+		live = fmt.Sprintf(`, last_value(after IGNORE NULLS) OVER (PARTITION BY %s ORDER BY _cdc_seq, _cdc_ord
+			ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS live`, keys)
+	}
+	latest := fmt.Sprintf(`SELECT COALESCE(after, before) AS img, op = 'd' AS del, _cdc_seq, _cdc_ord, _commit_ts%s
 	FROM lakeflow_rows WHERE op <> 't'
-	QUALIFY row_number() OVER (PARTITION BY %[1]s ORDER BY _cdc_seq DESC, _cdc_ord DESC) = 1`, keys)
+	QUALIFY row_number() OVER (PARTITION BY %s ORDER BY _cdc_seq DESC, _cdc_ord DESC) = 1`, live, keys)
 	newer := positionLess("t", "s")
 	match := strings.Join(on, " AND ")
 	truncate := fmt.Sprintf(`UPDATE %[1]s AS t SET _deleted = true, _cdc_seq = s._cdc_seq, _cdc_ord = s._cdc_ord, _commit_ts = s._commit_ts
@@ -102,11 +116,9 @@ WHERE NOT t._deleted AND %[2]s`, silver, newer)
 	}
 	return []string{
 		fmt.Sprintf(`MERGE INTO %s AS t USING (%s) AS s ON %s
-WHEN MATCHED AND s.del AND %s THEN UPDATE SET %s
 WHEN MATCHED AND %s THEN UPDATE SET %s
 WHEN NOT MATCHED THEN INSERT (%s) VALUES (%s)`,
-			silver, latest, match, newer, strings.Join(deadSets, ", "), newer, strings.Join(liveSets, ", "),
-			strings.Join(names, ", "), strings.Join(values, ", ")),
+			silver, latest, match, newer, strings.Join(sets, ", "), strings.Join(names, ", "), strings.Join(values, ", ")),
 		truncate,
 	}
 }

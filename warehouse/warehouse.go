@@ -46,13 +46,15 @@ type Warehouse struct {
 	beforeCommit func()
 }
 
-// table is a silver table and the SQL that applies batches to it.
+// table is a silver table and the SQL that applies batches to it
+// (applyKeyOnly: for batches with deletes that carry the key alone).
 type table struct {
-	id     int
-	topic  string
-	schema *change.Table
-	parse  string
-	apply  []string
+	id           int
+	topic        string
+	schema       *change.Table
+	parse        string
+	apply        []string
+	applyKeyOnly []string
 }
 
 const bootstrap = `

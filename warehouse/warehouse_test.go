@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -63,6 +64,18 @@ func (f *fixture) close() {
 // text, "" = NULL).
 func (f *fixture) rec(op change.Op, seq, ord int, vals ...string) Record {
 	f.t.Helper()
+	return f.event(op, seq, ord, false, vals...)
+}
+
+// keyOnlyDelete is a delete whose before image holds only the key (a
+// table without REPLICA IDENTITY FULL).
+func (f *fixture) keyOnlyDelete(seq, ord int, id string) Record {
+	f.t.Helper()
+	return f.event(change.OpDelete, seq, ord, true, id, "", "")
+}
+
+func (f *fixture) event(op change.Op, seq, ord int, keyOnly bool, vals ...string) Record {
+	f.t.Helper()
 	row := func() []change.Datum {
 		out := make([]change.Datum, len(vals))
 		for i, v := range vals {
@@ -71,7 +84,7 @@ func (f *fixture) rec(op change.Op, seq, ord int, vals ...string) Record {
 		return out
 	}
 	ev := change.Event{Table: acct, Op: op, Pos: change.Position{Seq: change.LSN(seq), Ord: uint32(ord)},
-		LSN: change.LSN(seq), Commit: 1709251199000000 + int64(seq), Snapshot: change.SnapshotNone}
+		LSN: change.LSN(seq), Commit: 1709251199000000 + int64(seq), Snapshot: change.SnapshotNone, KeyOnly: keyOnly}
 	switch op {
 	case change.OpDelete:
 		ev.Before = row()
@@ -270,4 +283,82 @@ func TestCancelDuringABatchStillCommitsIt(t *testing.T) {
 	expect(t, f.silver(), `
 1 a ∅ @100/1
 2 b ∅ @200/1`)
+}
+
+// TestDeleteWithTheKeyAloneKeepsTheLastVersion: a delete that carries only
+// the key keeps the row's last live version, wherever batches end.
+func TestDeleteWithTheKeyAloneKeepsTheLastVersion(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	f.apply(f.rec(change.OpCreate, 100, 1, "1", "a", "P1D"), f.rec(change.OpCreate, 100, 2, "2", "b", ""))
+	// The update and the delete in one batch; a delete alone.
+	f.apply(f.rec(change.OpUpdate, 200, 1, "1", "a2", "P2D"), f.keyOnlyDelete(300, 1, "1"), f.keyOnlyDelete(300, 2, "2"))
+	expect(t, f.silver(), `
+1 a2 2 days deleted @300/1
+2 b ∅ deleted @300/2`)
+}
+
+// BenchmarkApply applies batches of 20,000 events (inserts, updates and
+// deletes over 5,000 keys of a table without intervals) into a warehouse
+// file: the consumer's hot path.
+func BenchmarkApply(b *testing.B) {
+	dir := b.TempDir()
+	lk, err := lake.Open(filepath.Join(dir, "lake"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	wh, err := Open(context.Background(), config.Warehouse{Path: filepath.Join(dir, "w.duckdb")}, lk, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer wh.Close()
+	orders := &change.Table{Schema: "public", Name: "orders", Columns: []change.Column{
+		{Name: "id", Type: change.Type{Kind: change.KindInt8, Name: "bigint"}, Key: true},
+		{Name: "customer_id", Type: change.Type{Kind: change.KindInt8, Name: "bigint"}},
+		{Name: "status", Type: change.Type{Kind: change.KindText, Name: "text"}},
+		{Name: "total_cents", Type: change.Type{Kind: change.KindInt8, Name: "bigint"}},
+		{Name: "currency", Type: change.Type{Kind: change.KindText, Name: "text"}},
+		{Name: "created_at", Type: change.Type{Kind: change.KindTimestampTZ, Name: "timestamp with time zone"}},
+		{Name: "updated_at", Type: change.Type{Kind: change.KindTimestampTZ, Name: "timestamp with time zone"}},
+	}}
+	const tp = "lf.public.orders"
+	if err := wh.ApplySchemas(context.Background(), []Schema{{tp, orders}}, "lf._schemas", schemaPos(1), nil); err != nil {
+		b.Fatal(err)
+	}
+	env := change.Envelope{Name: "lf", Database: "db"}
+	var offset int64
+	seq := 1000
+	next := func() []Record {
+		recs := make([]Record, 0, 20000)
+		for i := 0; i < 20000; i++ {
+			seq++
+			id := strconv.Itoa(i % 5000)
+			row := []change.Datum{{Text: []byte(id)}, {Text: []byte("7")}, {Text: []byte("paid")}, {Text: []byte(strconv.Itoa(seq))},
+				{Text: []byte("EUR")}, {Text: []byte("2024-02-29 23:59:59.123456+00")}, {Text: []byte("2024-02-29 23:59:59.123456+00")}}
+			ev := change.Event{Table: orders, Op: change.OpUpdate, Pos: change.Position{Seq: change.LSN(seq), Ord: 1},
+				LSN: change.LSN(seq), Commit: 1709251199000000 + int64(seq), Snapshot: change.SnapshotNone, After: row, Before: row}
+			if i%10 == 9 {
+				ev.Op, ev.After = change.OpDelete, nil
+			}
+			val, err := env.AppendValue(nil, &ev, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			recs = append(recs, Record{Topic: tp, Offset: offset, Value: val})
+			offset++
+		}
+		return recs
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		recs := next()
+		b.StartTimer()
+		pos := TopicPosition{ID: "t", Next: map[int32]int64{0: offset}}
+		if _, err := wh.Apply(context.Background(), Batch{Records: recs, Positions: map[string]TopicPosition{tp: pos},
+			Watermark: &change.Watermark{Seq: change.LSN(seq), End: change.LSN(seq + 1)}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*20000)/b.Elapsed().Seconds(), "events/s")
 }

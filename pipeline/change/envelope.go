@@ -10,7 +10,9 @@ import (
 // string, binary.handling.mode=base64; dates as days, times and
 // timestamps as microseconds whatever their declared precision), plus
 // lakeflow's position fields _cdc_seq, _cdc_ord and _commit_ts, so an
-// existing Debezium consumer can read the topics.
+// existing Debezium consumer can read the topics. A before image that holds
+// only the key (a table without REPLICA IDENTITY FULL) is marked
+// "_before_key_only": true.
 type Envelope struct {
 	Name     string // Debezium's topic.prefix / logical server name
 	Database string
@@ -78,6 +80,10 @@ func (env *Envelope) AppendValue(dst []byte, ev *Event, tsMillis int64) ([]byte,
 	dst = strconv.AppendUint(dst, uint64(ev.Pos.Ord), 10)
 	dst = append(dst, `,"_commit_ts":"`...)
 	dst = AppendMicrosISO(dst, ev.Commit)
+	if ev.KeyOnly {
+		dst = append(dst, `","_before_key_only":true}`...)
+		return dst, nil
+	}
 	return append(dst, `"}`...), nil
 }
 

@@ -62,6 +62,8 @@ func TestEnvelopeGolden(t *testing.T) {
 		{Table: orders, Op: OpDelete, Pos: Position{Seq: 0x3000, Ord: 2}, LSN: 0x2f00, TxID: 743, Commit: commit, Snapshot: SnapshotNone,
 			Before: row("1", "paid", "\x00", "2024-02-29 23:59:59.123456+00", "\x00")},
 		{Table: orders, Op: OpTruncate, Pos: Position{Seq: 0x4000, Ord: 1}, LSN: 0x3f00, TxID: 744, Commit: commit, Snapshot: SnapshotNone},
+		{Table: orders, Op: OpDelete, Pos: Position{Seq: 0x5000, Ord: 1}, LSN: 0x4f00, TxID: 745, Commit: commit, Snapshot: SnapshotNone,
+			Before: row("2", "\x00", "\x00", "\x00", "\x00"), KeyOnly: true},
 	}
 	var out []byte
 	for i := range events {

@@ -41,6 +41,9 @@ type Event struct {
 	Snapshot Snapshot
 	Before   []Datum
 	After    []Datum
+	// KeyOnly marks a Before image that holds the key alone (the table
+	// lacks REPLICA IDENTITY FULL): its other columns are unknown, not NULL.
+	KeyOnly bool
 }
 
 // Image returns the row image that identifies the event's key: After for

@@ -235,13 +235,13 @@ func (d *Decoder) decodeRow(data []byte, lsn change.LSN) (Result, error) {
 		d.events = append(d.events, ev)
 	case data[0] == 'D':
 		ev := d.event(t, change.OpDelete, lsn)
-		ev.Before = before
+		ev.Before, ev.KeyOnly = before, oldKind == 'K'
 		d.events = append(d.events, ev)
 	case before != nil && keyChanged(t, before, after):
 		// Debezium's form of a primary-key update: a delete of the old key
 		// and a create of the new one, in that order.
 		del := d.event(t, change.OpDelete, lsn)
-		del.Before = before
+		del.Before, del.KeyOnly = before, oldKind == 'K'
 		ins := d.event(t, change.OpCreate, lsn)
 		ins.After = after
 		d.events = append(d.events, del, ins)
