@@ -122,7 +122,7 @@ func (c *consumer) run(ctx context.Context) error {
 		if len(c.pending) > 0 {
 			wait = max(time.Until(c.opened.Add(c.cfg.BatchInterval)), time.Millisecond)
 		}
-		recs, err := c.kafka.Poll(ctx, max(c.cfg.BatchEvents-len(c.pending), 1), wait)
+		recs, err := c.kafka.Poll(ctx, c.cfg.BatchEvents, wait)
 		if err != nil {
 			if ctx.Err() != nil {
 				return c.finish(ctx.Err())
@@ -143,7 +143,8 @@ func (c *consumer) run(ctx context.Context) error {
 			c.pending = append(c.pending, warehouse.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Value: r.Value})
 			c.bytes += int64(len(r.Value))
 		}
-		if err := c.step(ctx, target != nil); err != nil {
+		c.pace()
+		if err := c.step(ctx, target); err != nil {
 			if ctx.Err() != nil {
 				return c.finish(ctx.Err())
 			}
@@ -173,11 +174,11 @@ func (c *consumer) addMark(offset int64, value []byte) error {
 }
 
 // step applies a batch if one is due: up to the newest watermark whose
-// records have all arrived, once that batch is full, old enough, carries
-// no records at all (a heartbeat), or the run is draining; or, when the
-// records held exceed the limits with no watermark in reach (a huge
+// records have all arrived, once that batch is full or old enough, or
+// carries no records at all (a heartbeat), or ends the drain; or, when the
+// records held reach the hard limit with no watermark in reach (a huge
 // transaction), all of them as a batch that is not consistent.
-func (c *consumer) step(ctx context.Context, draining bool) error {
+func (c *consumer) step(ctx context.Context, target map[string]map[int32]int64) error {
 	k := -1
 	for i := len(c.marks) - 1; i >= 0; i-- {
 		if c.arrived(c.marks[i].bounds) {
@@ -185,29 +186,70 @@ func (c *consumer) step(ctx context.Context, draining bool) error {
 			break
 		}
 	}
-	full := len(c.pending) >= c.cfg.BatchEvents || c.bytes >= c.cfg.BatchBytes
+	hard := len(c.pending) >= holdFactor*c.cfg.BatchEvents || c.bytes >= c.cfg.BatchBytes
 	if k < 0 {
-		if full {
+		if hard {
 			return c.apply(ctx, len(c.pending), nil)
 		}
 		return nil
 	}
+	m := &c.marks[k]
 	n, size := 0, int64(0)
 	for _, r := range c.pending {
-		if r.Offset < c.marks[k].bounds[r.Topic][r.Partition] {
+		if r.Offset < m.bounds[r.Topic][r.Partition] {
 			n++
 			size += int64(len(r.Value))
 		}
 	}
-	due := n == 0 || draining || n >= c.cfg.BatchEvents || size >= c.cfg.BatchBytes ||
-		time.Since(c.opened) >= c.cfg.BatchInterval
-	if !due && full {
-		due = true
-	}
-	if !due {
+	if n == 0 && !c.consistentAt(c.committed, m.bounds) {
+		// Watermarks behind what a batch that was not consistent applied.
+		c.dropMarks(m.offset)
 		return nil
 	}
-	return c.apply(ctx, n, &c.marks[k])
+	last := target != nil && n == len(c.pending) && reached(c.seen, target)
+	if n == 0 || last || hard || n >= c.cfg.BatchEvents || size >= c.cfg.BatchBytes || time.Since(c.opened) >= c.cfg.BatchInterval {
+		return c.apply(ctx, n, m)
+	}
+	return nil
+}
+
+// pace pauses fetching from partitions that hold everything the next
+// watermark needs while another partition still lags behind it, so the
+// records a watermark covers arrive together and batches can end there
+// (one busy partition would otherwise fill the batch on its own). It
+// resumes them once that watermark is complete.
+func (c *consumer) pace() {
+	want := map[kafka.TopicPartition]bool{}
+	for _, m := range c.marks {
+		if c.arrived(m.bounds) {
+			continue
+		}
+		for topic, pos := range c.seen {
+			if topic == c.wmTopic() || topic == kafka.SchemaTopic(c.kcfg.Prefix) {
+				continue
+			}
+			for p, next := range pos.Next {
+				if next >= m.bounds[topic][p] {
+					want[kafka.TopicPartition{Topic: topic, Partition: p}] = true
+				}
+			}
+		}
+		break
+	}
+	c.kafka.Pause(want)
+}
+
+// holdFactor is how far past the batch size records are held while a
+// watermark that ends a batch is awaited.
+const holdFactor = 4
+
+// dropMarks forgets the watermarks up to the one at offset.
+func (c *consumer) dropMarks(offset int64) {
+	k := 0
+	for k < len(c.marks) && c.marks[k].offset <= offset {
+		k++
+	}
+	c.marks = append(c.marks[:0], c.marks[k:]...)
 }
 
 // arrived reports whether every record below bounds has been received.
@@ -233,8 +275,17 @@ func (c *consumer) finish(cause error) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout)
 	defer cancel()
-	if err := c.step(ctx, true); err != nil {
-		return err
+	for len(c.pending) > 0 {
+		n := len(c.pending)
+		if err := c.step(ctx, c.seenAsTarget()); err != nil {
+			return err
+		}
+		if len(c.pending) == n {
+			// No watermark ends what is held: keep it as it is.
+			if err := c.apply(ctx, n, nil); err != nil {
+				return err
+			}
+		}
 	}
 	return cause
 }
@@ -283,11 +334,7 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 	}
 	maps.Copy(c.committed, batch.Positions)
 	if m != nil {
-		k := 0
-		for k < len(c.marks) && c.marks[k].offset <= m.offset {
-			k++
-		}
-		c.marks = append(c.marks[:0], c.marks[k:]...)
+		c.dropMarks(m.offset)
 	}
 	if batch.Watermark != nil {
 		c.applied.Store(uint64(batch.Watermark.End))
@@ -309,6 +356,15 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 		"merge", st.Merge.Round(time.Millisecond), "commit", st.Commit.Round(time.Millisecond))
 	c.trim(ctx)
 	return nil
+}
+
+// seenAsTarget is what has been received, as a drain target.
+func (c *consumer) seenAsTarget() map[string]map[int32]int64 {
+	out := map[string]map[int32]int64{}
+	for t, p := range c.seen {
+		out[t] = p.Next
+	}
+	return out
 }
 
 // consistentAt reports whether positions (after a batch) stand exactly at

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -112,20 +111,28 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, touched map[*table]b
 	slices.SortFunc(order, func(a, b *table) int { return a.id - b.id })
 	var files []lake.File
 	for _, t := range order {
-		parse := strings.Replace(t.parse, floorMark, strconv.FormatUint(uint64(w.floor), 10), 1)
-		if _, err := w.conn.ExecContext(ctx, parse); err != nil {
+		if _, err := w.conn.ExecContext(ctx, t.parse); err != nil {
 			return files, fmt.Errorf("decode %s events: %w", t.schema.ID(), err)
 		}
-		var bad, keyOnly int
-		if err := w.conn.QueryRowContext(ctx, `SELECT
+		var bad, keyOnly, stale int
+		if err := w.conn.QueryRowContext(ctx, fmt.Sprintf(`SELECT
 			count(*) FILTER (op IS NULL OR _cdc_seq IS NULL OR _cdc_ord IS NULL OR _commit_ts IS NULL
 			                 OR (op <> 't' AND after IS NULL AND before IS NULL)),
-			count(*) FILTER (key_only)
-			FROM lakeflow_rows`).Scan(&bad, &keyOnly); err != nil {
+			count(*) FILTER (key_only), count(*) FILTER (_cdc_seq <= %d)
+			FROM lakeflow_rows`, w.floor)).Scan(&bad, &keyOnly, &stale); err != nil {
 			return files, err
 		}
 		if bad > 0 {
 			return files, fmt.Errorf("%s: %d events in this batch are not lakeflow envelopes", t.topic, bad)
+		}
+		if stale > 0 {
+			// Events at or before the last consistent batch are applied and
+			// in the lake already (the Kafka log was read again from its
+			// start). (A filter in the parse would decode every envelope
+			// twice.)
+			if _, err := w.conn.ExecContext(ctx, fmt.Sprintf("DELETE FROM lakeflow_rows WHERE _cdc_seq <= %d", w.floor)); err != nil {
+				return files, err
+			}
 		}
 		st.Decode += since()
 		tf, err := w.writeLake(ctx, t, b.Positions[t.topic].ID)

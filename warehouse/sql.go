@@ -8,11 +8,6 @@ import (
 	"github.com/lakeflow/lakeflow/pipeline/change"
 )
 
-// floorMark in parseSQL is replaced, per batch, by the position of the
-// last consistent batch: events at or before it are applied and in the
-// lake already (the Kafka log was read again from its start).
-const floorMark = "{floor}"
-
 // parseSQL turns the staged envelopes of one table into typed rows, the
 // shape of a lake file plus its day and whether the before image holds
 // only the key: op, before, after (typed structs), _cdc_seq, _cdc_ord,
@@ -42,8 +37,7 @@ SELECT j.op AS op, %s, %s,
 	j.source.lsn AS lsn, j.source.txId AS tx_id,
 	%s AS kafka_topic, kafka_partition, kafka_offset,
 	CAST(CAST(j._commit_ts AS TIMESTAMPTZ) AS DATE) AS day, coalesce(j._before_key_only, false) AS key_only
-FROM (SELECT kafka_partition, kafka_offset, from_json(v, %s) AS j FROM lakeflow_stage WHERE tbl = %d)
-WHERE j._cdc_seq IS NULL OR j._cdc_seq > `+floorMark,
+FROM (SELECT kafka_partition, kafka_offset, from_json(v, %s) AS j FROM lakeflow_stage WHERE tbl = %d)`,
 		image("before"), image("after"), literal(topic), literal(string(structure)), id)
 }
 

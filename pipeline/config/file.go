@@ -82,7 +82,7 @@ func defaults() file {
 		},
 		Warehouse: warehouseFile{MemoryLimit: "1GiB"},
 		Pipeline: pipelineFile{
-			BatchEvents:   20000,
+			BatchEvents:   50000,
 			BatchBytes:    "64MiB",
 			BatchInterval: "1s",
 		},

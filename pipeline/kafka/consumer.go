@@ -26,7 +26,37 @@ type Consumer struct {
 	assigned map[string]bool
 	// next is, per topic and partition, the offset the next record must
 	// have.
-	next map[string]map[int32]int64
+	next   map[string]map[int32]int64
+	paused map[TopicPartition]bool
+}
+
+// TopicPartition names a partition.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+// Pause makes exactly the given partitions paused: they are not fetched
+// until a later call leaves them out.
+func (c *Consumer) Pause(want map[TopicPartition]bool) {
+	pause, resume := map[string][]int32{}, map[string][]int32{}
+	for tp := range want {
+		if !c.paused[tp] {
+			pause[tp.Topic] = append(pause[tp.Topic], tp.Partition)
+		}
+	}
+	for tp := range c.paused {
+		if !want[tp] {
+			resume[tp.Topic] = append(resume[tp.Topic], tp.Partition)
+		}
+	}
+	if len(pause) > 0 {
+		c.cl.PauseFetchPartitions(pause)
+	}
+	if len(resume) > 0 {
+		c.cl.ResumeFetchPartitions(resume)
+	}
+	c.paused = want
 }
 
 // Position is where a reader stands in a topic: the topic's ID (which
@@ -41,7 +71,9 @@ type Position struct {
 func NewConsumer(cfg Config) (*Consumer, error) {
 	cl, err := newClient(cfg.Brokers,
 		kgo.FetchMaxBytes(16<<20),
-		kgo.FetchMaxPartitionBytes(8<<20),
+		// A little of every partition per fetch, so what arrives keeps
+		// pace across partitions and batches can end at watermarks.
+		kgo.FetchMaxPartitionBytes(1<<20),
 		kgo.FetchMaxWait(200*time.Millisecond),
 		kgo.MaxConcurrentFetches(1),
 		// Out of range is an error, never a reset to the log start (which
@@ -51,7 +83,8 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{cfg: cfg, cl: cl, adm: kadm.NewClient(cl), assigned: map[string]bool{}, next: map[string]map[int32]int64{}}, nil
+	return &Consumer{cfg: cfg, cl: cl, adm: kadm.NewClient(cl), assigned: map[string]bool{}, next: map[string]map[int32]int64{},
+		paused: map[TopicPartition]bool{}}, nil
 }
 
 // Close releases the client.
