@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/postgres"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
@@ -140,4 +142,29 @@ func (h *harness) run(t *testing.T, opts Options) {
 	if err := Run(context.Background(), h.cfg, opts, h.log); err != nil {
 		t.Fatalf("lakeflow run: %v", err)
 	}
+}
+
+// applySteps runs each step (a list of statements) as one transaction.
+func applySteps(ctx context.Context, dsn string, steps [][]string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	for _, step := range steps {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		for _, s := range step {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				tx.Rollback(ctx)
+				return err
+			}
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }

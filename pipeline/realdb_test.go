@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )
 
@@ -74,30 +72,6 @@ var realChanges = [][]string{
 	{`UPDATE widen SET a = a + 1`},
 }
 
-func applySteps(ctx context.Context, dsn string, steps [][]string) error {
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	for _, step := range steps {
-		tx, err := conn.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		for _, s := range step {
-			if _, err := tx.Exec(ctx, s); err != nil {
-				tx.Rollback(ctx)
-				return err
-			}
-		}
-		if err := tx.Commit(ctx); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // TestRealDatabase captures tables lakeflow did not create, through a
 // snapshot and changes that include DDL, and compares every silver table
 // with its source column by column.
@@ -105,6 +79,11 @@ func TestRealDatabase(t *testing.T) {
 	h := newHarness(t, realTables...)
 	pgtest.Exec(t, h.dsn, realDDL)
 	h.run(t, Options{Workload: func(ctx context.Context, dsn string) error { return applySteps(ctx, dsn, realChanges) }})
+	// A restart, and more changes in every partition.
+	h.run(t, Options{Workload: func(ctx context.Context, dsn string) error {
+		return applySteps(ctx, dsn, [][]string{{`UPDATE measures SET v = v || '!'`, `INSERT INTO measures VALUES (7, 1, 'g'), (8, 3, 'h')`,
+			`UPDATE widen SET c = 'again' WHERE id = 1`, `INSERT INTO "Big Accounts" VALUES (4, 'group', 4, 4.44, '€4')`}})
+	}})
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, realTables...)
 	assertSilverTypes(t, h.cfg.Warehouse.Path, "widen", `id INTEGER, a INTEGER, b BIGINT, c VARCHAR, d DECIMAL(10,2), e DOUBLE, f VARCHAR,
 		g INTEGER[][], h VARCHAR[][], _cdc_seq UBIGINT, _cdc_ord UINTEGER, _commit_ts TIMESTAMP WITH TIME ZONE, _deleted BOOLEAN,

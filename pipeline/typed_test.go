@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )
 
@@ -56,11 +54,6 @@ const bigText = `(SELECT string_agg(md5(g::text), '') FROM generate_series(1, 40
 // (of scratch, with changes before and after it in the same transaction),
 // and a column added at the source.
 func typedChanges(ctx context.Context, dsn string) error {
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
 	steps := [][]string{
 		{typedRow("10", 0), typedRow("11", 1), typedRow("12", 2), "UPDATE typed SET big = " + bigText + " WHERE id = 10"},
 		{"UPDATE typed SET i2 = 2 WHERE id = 10", "UPDATE typed SET i2 = 3, t = 'second' WHERE id = 10", "UPDATE typed SET i2 = 4 WHERE id = 10"},
@@ -78,22 +71,7 @@ func typedChanges(ctx context.Context, dsn string) error {
 		{"UPDATE typed SET n = n + 1, tstz = tstz + interval '1 second' WHERE id = 21"},
 		{"DELETE FROM typed WHERE id = 20", typedRow("20", 1)},
 	}
-	for _, step := range steps {
-		tx, err := conn.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		for _, s := range step {
-			if _, err := tx.Exec(ctx, s); err != nil {
-				tx.Rollback(ctx)
-				return err
-			}
-		}
-		if err := tx.Commit(ctx); err != nil {
-			return err
-		}
-	}
-	return nil
+	return applySteps(ctx, dsn, steps)
 }
 
 func TestTypedRowsAreValid(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 
@@ -86,8 +87,11 @@ func unwrapConnect(err error) error {
 }
 
 // preflight checks that the source can be captured, and says in one line
-// per problem what to run to fix it.
-func preflight(ctx context.Context, conn *pgx.Conn, tables []config.Table) error {
+// per problem what to run to fix it. Partitions of a partitioned table
+// that do not log full rows are only warned about: the stream takes their
+// changes without the old row (see Decoder), and partitions are often
+// attached later by tools that do not set it.
+func preflight(ctx context.Context, conn *pgx.Conn, tables []config.Table, log *slog.Logger) error {
 	var problems []string
 	var version int
 	var walLevel, encoding string
@@ -114,17 +118,17 @@ func preflight(ctx context.Context, conn *pgx.Conn, tables []config.Table) error
 		problems = append(problems, fmt.Sprintf("role %s may not replicate: run ALTER ROLE %s REPLICATION", role, pgx.Identifier{role}.Sanitize()))
 	}
 	for _, t := range tables {
-		var hasKey bool
+		var hasKey, partitioned bool
 		var notFull []string
 		err := conn.QueryRow(ctx, `
-			SELECT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = r.oid AND (i.indisprimary OR i.indisreplident)),
+			SELECT r.relkind = 'p', EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = r.oid AND (i.indisprimary OR i.indisreplident)),
 			       ARRAY(SELECT format('%I.%I', ln.nspname, l.relname)
 			             FROM pg_class l JOIN pg_namespace ln ON ln.oid = l.relnamespace
 			             WHERE l.oid IN (SELECT r.oid WHERE r.relkind = 'r' UNION SELECT relid FROM pg_partition_tree(r.oid) WHERE isleaf)
 			               AND l.relreplident <> 'f' ORDER BY l.relname)
 			FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace
 			WHERE n.nspname = $1 AND r.relname = $2 AND r.relkind IN ('r', 'p')`, t.Schema, t.Name).
-			Scan(&hasKey, &notFull)
+			Scan(&partitioned, &hasKey, &notFull)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			problems = append(problems, fmt.Sprintf("table %s does not exist in the source (check source.tables, or run `lakeflow run --demo` for the demo schema)", t))
@@ -143,7 +147,12 @@ func preflight(ctx context.Context, conn *pgx.Conn, tables []config.Table) error
 			for _, rel := range notFull {
 				cmds = append(cmds, "ALTER TABLE "+rel+" REPLICA IDENTITY FULL;")
 			}
-			problems = append(problems, fmt.Sprintf("table %s does not log full rows: run %s", t, strings.Join(cmds, " ")))
+			if partitioned {
+				log.Warn("partitions do not log full rows: their updates come without the old row, and an update that leaves a large value unchanged will stop ingestion",
+					"table", t.String(), "run", strings.Join(cmds, " "))
+			} else {
+				problems = append(problems, fmt.Sprintf("table %s does not log full rows: run %s", t, strings.Join(cmds, " ")))
+			}
 		}
 	}
 	if len(problems) > 0 {

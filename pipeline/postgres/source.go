@@ -113,7 +113,7 @@ func (s *Source) Run(ctx context.Context, sink Sink, store StateStore, drain <-c
 		return err
 	}
 	defer conn.Close(context.Background())
-	if err := preflight(ctx, conn, s.cfg.Tables); err != nil {
+	if err := preflight(ctx, conn, s.cfg.Tables, s.log); err != nil {
 		return err
 	}
 	state, err := store.LoadState(ctx)
