@@ -63,7 +63,7 @@ func exitCode(err error) int {
 		return exitConfig
 	case errors.Is(err, fault.ErrEnvironment), errors.Is(err, fault.ErrUnavailable), errors.Is(err, fault.ErrSource):
 		return exitEnvironment
-	case errors.Is(err, fault.ErrSchemaBreak):
+	case errors.Is(err, fault.ErrSchemaBreak), errors.Is(err, fault.ErrCheckFailed):
 		return exitCheck
 	}
 	var usage interface{ ExitCode() int }

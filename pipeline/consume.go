@@ -129,12 +129,14 @@ func (c *consumer) run(ctx context.Context) error {
 			}
 			return err
 		}
+		unknown := false
 		for _, r := range recs {
 			c.seen[r.Topic].Next[r.Partition] = r.Offset + 1
 			if r.Topic == c.wmTopic() {
 				if err := c.addMark(r.Offset, r.Value); err != nil {
 					return err
 				}
+				unknown = unknown || !c.assigned(c.marks[len(c.marks)-1].bounds)
 				continue
 			}
 			if len(c.pending) == 0 {
@@ -142,6 +144,16 @@ func (c *consumer) run(ctx context.Context) error {
 			}
 			c.pending = append(c.pending, warehouse.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Value: r.Value})
 			c.bytes += int64(len(r.Value))
+		}
+		if unknown {
+			// A watermark names a table whose schema arrived after the
+			// last look at the schema topic.
+			if err := c.syncSchemas(ctx); err != nil {
+				if ctx.Err() != nil {
+					return c.finish(ctx.Err())
+				}
+				return err
+			}
 		}
 		c.pace()
 		if err := c.step(ctx, target); err != nil {
@@ -224,6 +236,9 @@ func (c *consumer) pace() {
 		if c.arrived(m.bounds) {
 			continue
 		}
+		if !c.assigned(m.bounds) {
+			break // pausing would wait for a topic not read yet
+		}
 		for topic, pos := range c.seen {
 			if topic == c.wmTopic() || topic == kafka.SchemaTopic(c.kcfg.Prefix) {
 				continue
@@ -250,6 +265,16 @@ func (c *consumer) dropMarks(offset int64) {
 		k++
 	}
 	c.marks = append(c.marks[:0], c.marks[k:]...)
+}
+
+// assigned reports whether every topic bounds names is consumed.
+func (c *consumer) assigned(bounds map[string]map[int32]int64) bool {
+	for topic := range bounds {
+		if _, ok := c.seen[topic]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // arrived reports whether every record below bounds has been received.
@@ -479,7 +504,7 @@ func (c *consumer) assign(ctx context.Context, topic string, partitions int) err
 		c.log.Warn("the Kafka log the warehouse read is gone (its data was deleted or reset); reading the present one from its start, skipping the events the lake and silver hold",
 			"topic", topic, "warehouse_at", c.wh.Floor())
 	}
-	if (reset || len(stored.Next) == 0) && topic != c.wmTopic() {
+	if reset && topic != c.wmTopic() {
 		if err := c.wh.LogReset(ctx, topic); err != nil {
 			return err
 		}

@@ -9,11 +9,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/lakeflow/lakeflow/contracts"
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/kafka"
 	"github.com/lakeflow/lakeflow/pipeline/lake"
 	"github.com/lakeflow/lakeflow/pipeline/postgres"
@@ -37,6 +40,10 @@ type Options struct {
 // Run runs the pipeline. Cancelling ctx (Ctrl-C) finishes the in-flight
 // batch and returns nil.
 func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger) error {
+	set, err := loadContracts(cfg)
+	if err != nil {
+		return err
+	}
 	unlock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
 		return err
@@ -62,6 +69,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		return err
 	}
 	defer wh.Close()
+	wh.SetContracts(set)
 	kcfg := kafka.Config{
 		Brokers: env.brokers, Prefix: cfg.Kafka.TopicPrefix, Partitions: cfg.Kafka.Partitions,
 		Retention: cfg.Kafka.Retention, RetentionBytes: cfg.Kafka.RetentionBytes, Database: env.database,
@@ -99,7 +107,8 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		Publication: cfg.Source.Publication, Heartbeat: cfg.Source.Heartbeat,
 		Applied:   func() change.LSN { return change.LSN(c.applied.Load()) },
 		Delivered: wh.Floor(),
-		Fallback:  fallback,
+		Fallback:  fallback, FallbackSchemas: wh.Schemas(),
+		Contracts: set,
 	}, log)
 
 	g, gctx := errgroup.WithContext(ctx)
@@ -187,4 +196,33 @@ func (e *environment) stop(log *slog.Logger) {
 			log.Warn("stopping embedded postgres failed", "err", fmt.Sprint(err))
 		}
 	}
+}
+
+// loadContracts loads the contracts of contracts.dir and checks that an
+// existence rule names a captured table. A contract of a table that is
+// not captured is left alone.
+func loadContracts(cfg *config.Config) (contracts.Set, error) {
+	set, err := contracts.Load(cfg.Contracts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	captured := map[string]bool{}
+	for _, t := range cfg.Source.Tables {
+		captured[t.String()] = true
+	}
+	var problems []string
+	for id, c := range set {
+		if !captured[id] {
+			continue
+		}
+		for _, r := range c.Rules {
+			if r.References != nil && !captured[r.References.Table.String()] {
+				problems = append(problems, fmt.Sprintf("%s: rule %s references %s, which is not in source.tables", c.File, r.Name, r.References.Table))
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("%w: %s", fault.ErrConfig, strings.Join(problems, "; "))
+	}
+	return set, nil
 }

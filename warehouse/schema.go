@@ -80,13 +80,29 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 			delete(w.byTopic, prev.topic)
 		}
 		t := w.register(s.Topic, s.Table)
-		if prev == nil {
+		switch {
+		case prev == nil:
 			if err := w.scanLake(t); err != nil {
+				return err
+			}
+		case prev.topic != s.Topic:
+			// A new topic for a table the lake holds (kafka.topic_prefix
+			// changed): its offsets say nothing of what the lake has.
+			if err := w.LogReset(ctx, t.topic); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// Schemas returns the schema of every table the warehouse holds.
+func (w *Warehouse) Schemas() map[string]*change.Table {
+	out := make(map[string]*change.Table, len(w.tables))
+	for id, t := range w.tables {
+		out[id] = t.schema
+	}
+	return out
 }
 
 // SourceState returns the copy of the source's state the warehouse
@@ -265,7 +281,8 @@ func (w *Warehouse) register(topic string, t *change.Table) *table {
 	if prev, ok := w.tables[t.ID()]; ok {
 		id = prev.id
 	}
-	tb := &table{id: id, topic: topic, schema: t, parse: parseSQL(id, topic, t), apply: applySQL(t, false), applyKeyOnly: applySQL(t, true)}
+	tb := &table{id: id, topic: topic, schema: t, parse: parseSQL(id, topic, t), apply: applySQL(t, id, false), applyKeyOnly: applySQL(t, id, true),
+		rules: w.rulesFor(t)}
 	w.tables[t.ID()] = tb
 	w.byTopic[topic] = tb
 	return tb

@@ -8,11 +8,17 @@ import (
 	"github.com/lakeflow/lakeflow/pipeline/change"
 )
 
+// rowsTable is the temp table that holds a table's decoded events of the
+// batch.
+func rowsTable(id int) string { return fmt.Sprintf("lakeflow_rows_%d", id) }
+
 // parseSQL turns the staged envelopes of one table into typed rows, the
-// shape of a lake file plus its day and whether the before image holds
-// only the key: op, before, after (typed structs), _cdc_seq, _cdc_ord,
-// _commit_ts, lsn, tx_id, kafka_topic, kafka_partition, kafka_offset,
-// day, key_only.
+// shape of a lake file plus its day, whether the before image holds only
+// the key, and why an event cannot be applied (dlq_reason, NULL for a
+// good one): op, before, after (typed structs), _cdc_seq, _cdc_ord,
+// _commit_ts, lsn, tx_id, kafka_topic, kafka_partition, kafka_offset, day,
+// key_only, dlq_reason. It never fails on a bad event: every conversion
+// is tried, and what does not convert is named in dlq_reason.
 func parseSQL(id int, topic string, t *change.Table) string {
 	img := map[string]any{}
 	for _, c := range t.Columns {
@@ -20,8 +26,8 @@ func parseSQL(id int, topic string, t *change.Table) string {
 	}
 	structure, _ := json.Marshal(map[string]any{
 		"op": "VARCHAR", "before": img, "after": img,
-		"source":   map[string]string{"lsn": "UBIGINT", "txId": "UBIGINT"},
-		"_cdc_seq": "UBIGINT", "_cdc_ord": "UINTEGER", "_commit_ts": "VARCHAR", "_before_key_only": "BOOLEAN",
+		"source":   map[string]string{"lsn": "VARCHAR", "txId": "VARCHAR"},
+		"_cdc_seq": "VARCHAR", "_cdc_ord": "VARCHAR", "_commit_ts": "VARCHAR", "_before_key_only": "VARCHAR",
 	})
 	image := func(side string) string {
 		x := "j." + side
@@ -31,17 +37,46 @@ func parseSQL(id int, topic string, t *change.Table) string {
 		}
 		return fmt.Sprintf("CASE WHEN %s IS NULL THEN NULL ELSE struct_pack(%s) END AS %s", x, strings.Join(fields, ", "), side)
 	}
-	return fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE lakeflow_rows AS
+	return fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE %s AS
 SELECT j.op AS op, %s, %s,
-	j._cdc_seq AS _cdc_seq, j._cdc_ord AS _cdc_ord, CAST(j._commit_ts AS TIMESTAMPTZ) AS _commit_ts,
-	j.source.lsn AS lsn, j.source.txId AS tx_id,
+	TRY_CAST(j._cdc_seq AS UBIGINT) AS _cdc_seq, TRY_CAST(j._cdc_ord AS UINTEGER) AS _cdc_ord, TRY_CAST(j._commit_ts AS TIMESTAMPTZ) AS _commit_ts,
+	TRY_CAST(j.source.lsn AS UBIGINT) AS lsn, TRY_CAST(j.source.txId AS UBIGINT) AS tx_id,
 	%s AS kafka_topic, kafka_partition, kafka_offset,
-	CAST(CAST(j._commit_ts AS TIMESTAMPTZ) AS DATE) AS day, coalesce(j._before_key_only, false) AS key_only
-FROM (SELECT kafka_partition, kafka_offset, from_json(v, %s) AS j FROM lakeflow_stage WHERE tbl = %d)`,
-		image("before"), image("after"), literal(topic), literal(string(structure)), id)
+	CAST(TRY_CAST(j._commit_ts AS TIMESTAMPTZ) AS DATE) AS day, coalesce(TRY_CAST(j._before_key_only AS BOOLEAN), false) AS key_only,
+	%s AS dlq_reason
+FROM (SELECT kafka_partition, kafka_offset, try(from_json(v, %s)) AS j FROM lakeflow_stage WHERE tbl = %d)`,
+		rowsTable(id), image("before"), image("after"), literal(topic), dlqReasonSQL(t), literal(string(structure)), id)
 }
 
-// applySQL applies lakeflow_rows to silver: the newest change per key
+// dlqReasonSQL says, in SQL over the parsed envelope j, why an event
+// cannot be applied, or NULL: not an envelope, a missing field, a key
+// without a value, or a value the column's silver type cannot hold
+// (numeric NaN in numeric(p,s), a timestamp beyond DuckDB's range).
+func dlqReasonSQL(t *change.Table) string {
+	var keyNull, unfit []string
+	for _, c := range t.Columns {
+		ct := duckType(c.Type)
+		for _, side := range []string{"after", "before"} {
+			x := "j." + side + "." + ident(c.Name)
+			unfit = append(unfit, fmt.Sprintf("CASE WHEN NOT %s THEN %s || left(%s::VARCHAR, 80) || %s END",
+				ct.fits(x), literal(side+"."+c.Name+" = "), x, literal(" does not fit "+ct.duck)))
+		}
+		if c.Key {
+			keyNull = append(keyNull, fmt.Sprintf("WHEN j.op <> 't' AND coalesce(j.after, j.before).%s IS NULL THEN %s", ident(c.Name), literal("key column "+c.Name+" has no value")))
+		}
+	}
+	return fmt.Sprintf(`CASE
+	WHEN j IS NULL THEN 'not a JSON envelope'
+	WHEN j.op IS NULL OR j.op NOT IN ('c', 'u', 'd', 'r', 't') THEN 'op is missing or unknown'
+	WHEN TRY_CAST(j._cdc_seq AS UBIGINT) IS NULL OR TRY_CAST(j._cdc_ord AS UINTEGER) IS NULL THEN '_cdc_seq or _cdc_ord is missing'
+	WHEN TRY_CAST(j._commit_ts AS TIMESTAMPTZ) IS NULL THEN '_commit_ts is missing or not a time'
+	WHEN j.op IN ('c', 'u', 'r') AND j.after IS NULL THEN 'no after image'
+	WHEN j.op = 'd' AND j.before IS NULL THEN 'no before image'
+	%s
+	ELSE nullif(concat_ws('; ', %s), '') END`, strings.Join(keyNull, "\n\t"), strings.Join(unfit, ", "))
+}
+
+// applySQL applies a table's decoded events (rowsTable) to silver: the newest change per key
 // wins, and only where its (_cdc_seq, _cdc_ord) is newer than the row's,
 // so replays and stale events are no-ops. Deletes are soft: the row is
 // marked and keeps the values of its last live version. A delete's before
@@ -50,8 +85,9 @@ FROM (SELECT kafka_partition, kafka_offset, from_json(v, %s) AS j FROM lakeflow_
 // update of the key in the batch, else what silver holds, so the result
 // does not depend on where batches end. A truncate soft-deletes every row
 // older than it.
-func applySQL(t *change.Table, keyOnly bool) []string {
+func applySQL(t *change.Table, id int, keyOnly bool) []string {
 	silver := "silver." + ident(t.Name)
+	rows := rowsTable(id)
 	var names, values, sets, on, final []string
 	for _, c := range t.Columns {
 		n := ident(c.Name)
@@ -62,8 +98,12 @@ func applySQL(t *change.Table, keyOnly bool) []string {
 				columnValue(c, "s.img"), columnValue(c, "s.live"), n, columnValue(c, "s.img"))
 			set = n + " = " + v
 		}
+		insert := columnValue(c, "s.img")
+		if keyOnly {
+			insert = fmt.Sprintf("CASE WHEN s.del AND s.live IS NOT NULL THEN %s ELSE %s END", columnValue(c, "s.live"), insert)
+		}
 		names = append(names, n)
-		values = append(values, columnValue(c, "s.img"))
+		values = append(values, insert)
 		sets = append(sets, set)
 		final = append(final, v+" AS "+n)
 		if c.Key {
@@ -90,13 +130,13 @@ func applySQL(t *change.Table, keyOnly bool) []string {
 			ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS live`, keys)
 	}
 	latest := fmt.Sprintf(`SELECT COALESCE(after, before) AS img, op = 'd' AS del, _cdc_seq, _cdc_ord, _commit_ts%s
-	FROM lakeflow_rows WHERE op <> 't'
-	QUALIFY row_number() OVER (PARTITION BY %s ORDER BY _cdc_seq DESC, _cdc_ord DESC) = 1`, live, keys)
+	FROM %s WHERE op <> 't'
+	QUALIFY row_number() OVER (PARTITION BY %s ORDER BY _cdc_seq DESC, _cdc_ord DESC) = 1`, live, rows, keys)
 	newer := positionLess("t", "s")
 	match := strings.Join(on, " AND ")
 	truncate := fmt.Sprintf(`UPDATE %[1]s AS t SET _deleted = true, _cdc_seq = s._cdc_seq, _cdc_ord = s._cdc_ord, _commit_ts = s._commit_ts
-FROM (SELECT _cdc_seq, _cdc_ord, _commit_ts FROM lakeflow_rows WHERE op = 't' ORDER BY _cdc_seq DESC, _cdc_ord DESC LIMIT 1) AS s
-WHERE NOT t._deleted AND %[2]s`, silver, newer)
+FROM (SELECT _cdc_seq, _cdc_ord, _commit_ts FROM %[3]s WHERE op = 't' ORDER BY _cdc_seq DESC, _cdc_ord DESC LIMIT 1) AS s
+WHERE NOT t._deleted AND %[2]s`, silver, newer, rows)
 	if hasInterval(t) {
 		// DuckDB's UPDATE keeps the old spelling of an interval that
 		// compares equal: rows are replaced instead.

@@ -8,17 +8,22 @@ import (
 	"github.com/lakeflow/lakeflow/pipeline/change"
 )
 
-// colType says how a source column lives in DuckDB: its silver type, what
-// to extract from the envelope's JSON (text, so a value that does not fit
-// fails loudly in the cast instead of silently becoming NULL), the SQL
-// that turns the extracted value into the lake's value, and, where the
-// lake cannot hold the silver type, the SQL from lake value to silver.
+// colType says how a source column lives in DuckDB: its silver type
+// (change.Type.DuckDB), what to extract from the envelope's JSON (text, so
+// a value that does not fit shows as a failed conversion instead of a
+// silent NULL), the SQL that turns the extracted value into the lake's
+// value (NULL when it cannot: the event goes to the dead-letter queue),
+// and, where the lake cannot hold the silver type, the SQL from lake value
+// to silver.
 type colType struct {
 	duck    string
 	extract string
 	conv    func(x string) string
 	// toSilver is nil when the lake holds the silver type itself.
 	toSilver func(x string) string
+	// fits renders SQL that is true when extracted value x is NULL or
+	// can be held: false sends the event to the dead-letter queue.
+	fits func(x string) string
 }
 
 // silverValue renders the silver value of lake expression x.
@@ -29,8 +34,13 @@ func (ct colType) silverValue(x string) string {
 	return ct.toSilver(x)
 }
 
-func castTo(t string) func(string) string {
-	return func(x string) string { return "CAST(" + x + " AS " + t + ")" }
+// scalarFits is colType.fits for a value that is not a list.
+func (ct colType) scalarFits(x string) string {
+	return fmt.Sprintf("(%s IS NULL OR try(%s) IS NOT NULL)", x, ct.silverValue(ct.conv(x)))
+}
+
+func tryCast(t string) func(string) string {
+	return func(x string) string { return "TRY_CAST(" + x + " AS " + t + ")" }
 }
 
 // duckType maps a source type. Values keep their meaning exactly:
@@ -49,62 +59,47 @@ func duckType(t change.Type) colType {
 		if inner.toSilver != nil {
 			ct.toSilver = func(x string) string { return "list_transform(" + x + ", e -> " + inner.toSilver("e") + ")" }
 		}
+		// A NULL element is a value; a converted element that is NULL
+		// is not.
+		ct.fits = func(x string) string {
+			return fmt.Sprintf("(%s IS NULL OR coalesce(list_bool_and(list_transform(%s, e -> %s)), true))", x, x, inner.fits("e"))
+		}
 	}
 	return ct
 }
 
 func scalarType(t change.Type) colType {
-	simple := func(duck string) colType { return colType{duck: duck, extract: "VARCHAR", conv: castTo(duck)} }
+	ct := scalarConv(t)
+	ct.fits = ct.scalarFits
+	return ct
+}
+
+func scalarConv(t change.Type) colType {
+	t.Dims = 0
+	duck := t.DuckDB()
+	simple := colType{duck: duck, extract: "VARCHAR", conv: tryCast(duck)}
 	switch t.Kind {
-	case change.KindInt2:
-		return simple("SMALLINT")
-	case change.KindInt4:
-		return simple("INTEGER")
-	case change.KindInt8:
-		return simple("BIGINT")
-	case change.KindFloat4:
-		return simple("FLOAT")
-	case change.KindFloat8:
-		return simple("DOUBLE")
-	case change.KindNumeric:
-		if t.Precision > 0 {
-			return simple(fmt.Sprintf("DECIMAL(%d,%d)", t.Precision, t.Scale))
-		}
-		return simple("VARCHAR")
-	case change.KindMoney:
-		// PostgreSQL money spans ±92233720368547758.08: 19 digits.
-		return simple("DECIMAL(19,2)")
-	case change.KindBool:
-		return simple("BOOLEAN")
 	case change.KindBytea:
-		return colType{duck: "BLOB", extract: "VARCHAR", conv: func(x string) string { return "from_base64(" + x + ")" }}
+		return colType{duck: duck, extract: "VARCHAR", conv: func(x string) string { return "try(from_base64(" + x + "))" }}
 	case change.KindDate:
-		return colType{duck: "DATE", extract: "VARCHAR", conv: func(x string) string {
-			return withInfinities("DATE", "CAST("+x+" AS INTEGER)", change.DateInfinity, change.DateNegInfinity, "DATE '1970-01-01' + %s")
+		return colType{duck: duck, extract: "VARCHAR", conv: func(x string) string {
+			return withInfinities("DATE", "TRY_CAST("+x+" AS INTEGER)", change.DateInfinity, change.DateNegInfinity, "try(DATE '1970-01-01' + %s)")
 		}}
 	case change.KindTime:
-		return colType{duck: "TIME", extract: "VARCHAR", conv: func(x string) string {
-			return fmt.Sprintf("CASE CAST(%[1]s AS BIGINT) WHEN 86400000000 THEN TIME '24:00:00' ELSE TIME '00:00:00' + to_microseconds(CAST(%[1]s AS BIGINT)) END", x)
+		return colType{duck: duck, extract: "VARCHAR", conv: func(x string) string {
+			return fmt.Sprintf("CASE TRY_CAST(%[1]s AS BIGINT) WHEN 86400000000 THEN TIME '24:00:00' ELSE try(TIME '00:00:00' + to_microseconds(TRY_CAST(%[1]s AS BIGINT))) END", x)
 		}}
-	case change.KindTimeTZ:
-		return simple("TIMETZ")
 	case change.KindTimestamp:
-		return colType{duck: "TIMESTAMP", extract: "VARCHAR", conv: func(x string) string {
-			return withInfinities("TIMESTAMP", "CAST("+x+" AS BIGINT)", change.TimestampInfinity, change.TimestampNegInfinity, "make_timestamp(%s)")
+		return colType{duck: duck, extract: "VARCHAR", conv: func(x string) string {
+			return withInfinities("TIMESTAMP", "TRY_CAST("+x+" AS BIGINT)", change.TimestampInfinity, change.TimestampNegInfinity, "try(make_timestamp(%s))")
 		}}
-	case change.KindTimestampTZ:
-		return simple("TIMESTAMPTZ")
 	case change.KindInterval:
 		// Parquet cannot store negative intervals: the lake keeps
 		// PostgreSQL's ISO 8601 text, silver the INTERVAL.
-		return colType{duck: "INTERVAL", extract: "VARCHAR", conv: func(x string) string { return x },
+		return colType{duck: duck, extract: "VARCHAR", conv: func(x string) string { return x },
 			toSilver: func(x string) string { return "lakeflow_iso_interval(" + x + ")" }}
-	case change.KindUUID:
-		return simple("UUID")
-	case change.KindJSON, change.KindJSONB:
-		return simple("JSON")
 	}
-	return simple("VARCHAR")
+	return simple
 }
 
 // withInfinities maps Debezium's numbers for ±infinity back to DuckDB's

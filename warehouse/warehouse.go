@@ -16,6 +16,7 @@ import (
 
 	_ "github.com/duckdb/duckdb-go/v2" // the DuckDB database/sql driver
 
+	"github.com/lakeflow/lakeflow/contracts"
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
@@ -42,6 +43,7 @@ type Warehouse struct {
 	// consistent had written events after floor to the lake; those events
 	// are in lakeflow_known and are not written again.
 	known map[*table]bool
+	contracts contracts.Set
 	// beforeCommit, if set, runs just before a batch commits (tests).
 	beforeCommit func()
 }
@@ -55,6 +57,8 @@ type table struct {
 	parse        string
 	apply        []string
 	applyKeyOnly []string
+	// rules are the contract's rules for the table.
+	rules []rule
 }
 
 const bootstrap = `
@@ -151,7 +155,11 @@ func (w *Warehouse) init(ctx context.Context, memoryLimit int64) error {
 		fmt.Sprintf("SET memory_limit = '%dMB'", max(memoryLimit>>20, 64)),
 		bootstrap,
 		intervalMacro,
-		"CREATE OR REPLACE TEMP TABLE lakeflow_stage (tbl INTEGER, kafka_partition INTEGER, kafka_offset BIGINT, v VARCHAR)",
+		deadLetterTables,
+		quarantineTable,
+		"CREATE OR REPLACE TEMP TABLE lakeflow_stage (tbl INTEGER, topic VARCHAR, kafka_partition INTEGER, kafka_offset BIGINT, v VARCHAR, raw BLOB)",
+		`CREATE OR REPLACE TEMP TABLE lakeflow_dead (topic VARCHAR, "partition" INTEGER, "offset" BIGINT, source_table VARCHAR,
+			failure_stage VARCHAR, failure_reason VARCHAR, payload BLOB, _cdc_seq UBIGINT, _cdc_ord UINTEGER)`,
 		"CREATE OR REPLACE TEMP TABLE lakeflow_known (tbl INTEGER, seq UBIGINT, ord UINTEGER)",
 	} {
 		if _, err := w.conn.ExecContext(ctx, stmt); err != nil {

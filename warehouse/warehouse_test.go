@@ -362,3 +362,25 @@ func BenchmarkApply(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*20000)/b.Elapsed().Seconds(), "events/s")
 }
+
+// TestDeleteWithTheKeyAloneOnTheMergePath: the same events, split into
+// batches two ways, give the same silver on a table without an interval
+// column (the MERGE path).
+func TestDeleteWithTheKeyAloneOnTheMergePath(t *testing.T) {
+	saved := acct
+	defer func() { acct = saved }()
+	acct = &change.Table{Schema: "public", Name: "acct", Columns: []change.Column{
+		{Name: "id", Type: change.Type{Kind: change.KindInt4, Name: "integer"}, Key: true},
+		{Name: "name", Type: change.Type{Kind: change.KindText, Name: "text"}},
+		{Name: "span", Type: change.Type{Kind: change.KindText, Name: "text"}},
+	}}
+	one := newFixture(t)
+	defer one.close()
+	one.apply(one.rec(change.OpCreate, 100, 1, "1", "a", "x"), one.keyOnlyDelete(200, 1, "1"))
+	two := newFixture(t)
+	defer two.close()
+	two.apply(two.rec(change.OpCreate, 100, 1, "1", "a", "x"))
+	two.apply(two.keyOnlyDelete(200, 1, "1"))
+	expect(t, one.silver(), "1 a x deleted @200/1")
+	expect(t, two.silver(), "1 a x deleted @200/1")
+}

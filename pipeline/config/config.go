@@ -27,6 +27,12 @@ type Config struct {
 	Lake      Lake
 	Warehouse Warehouse
 	Pipeline  Pipeline
+	Contracts Contracts
+}
+
+// Contracts locates the data contracts (one TOML file per table).
+type Contracts struct {
+	Dir string
 }
 
 // Source describes the PostgreSQL database lakeflow captures.

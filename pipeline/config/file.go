@@ -21,6 +21,11 @@ type file struct {
 	Lake      lakeFile      `toml:"lake"`
 	Warehouse warehouseFile `toml:"warehouse"`
 	Pipeline  pipelineFile  `toml:"pipeline"`
+	Contracts contractsFile `toml:"contracts"`
+}
+
+type contractsFile struct {
+	Dir string `toml:"dir"`
 }
 
 type sourceFile struct {
@@ -81,6 +86,7 @@ func defaults() file {
 			RetentionBytes: "1GiB",
 		},
 		Warehouse: warehouseFile{MemoryLimit: "1GiB"},
+		Contracts: contractsFile{Dir: "contracts"},
 		Pipeline: pipelineFile{
 			BatchEvents:   50000,
 			BatchBytes:    "64MiB",
@@ -224,6 +230,8 @@ func (f file) resolve(base string) (*Config, []string) {
 		c.Warehouse.Path = abs("warehouse.path", f.Warehouse.Path)
 	}
 	c.Warehouse.MemoryLimit = size("warehouse.memory_limit", f.Warehouse.MemoryLimit)
+
+	c.Contracts.Dir = abs("contracts.dir", f.Contracts.Dir)
 
 	p := f.Pipeline
 	c.Pipeline = Pipeline{

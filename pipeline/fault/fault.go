@@ -20,4 +20,7 @@ var (
 	// ErrSchemaBreak: a source schema change lakeflow cannot apply; ingestion
 	// stopped before writing anything wrong.
 	ErrSchemaBreak = errors.New("breaking schema change")
+	// ErrCheckFailed: a contract rule whose action is fail, or a check the
+	// user asked for, failed.
+	ErrCheckFailed = errors.New("check failed")
 )

@@ -296,10 +296,9 @@ func (p *Producer) watermarks() {
 }
 
 // publishWatermark produces a watermark for the newest durable boundary
-// if it is new. A partition's offset is published only with a watermark
-// at or after the position it needs: a partition opened after a restart
-// may already hold events of transactions the stream has not reached
-// again.
+// if it is new. A partition opened after a restart may already hold
+// events of transactions the stream has not reached again: no watermark
+// is published until the stream has passed the newest of them.
 func (p *Producer) publishWatermark() error {
 	p.wmMu.Lock()
 	defer p.wmMu.Unlock()
@@ -307,10 +306,16 @@ func (p *Producer) publishWatermark() error {
 	p.mu.Lock()
 	b := p.last
 	w := change.Watermark{Seq: b.Seq, End: b.End, Commit: b.Commit, Offsets: map[string]map[int32]int64{}}
-	for part, m := range p.moved {
+	for _, m := range p.moved {
 		if m.minSeq > b.Seq {
-			continue
+			// A partition holds events past b that were written before a
+			// restart, and may lack some before it that the replay has not
+			// reached: no watermark is true until the stream passes them.
+			p.mu.Unlock()
+			return nil
 		}
+	}
+	for part, m := range p.moved {
 		if w.Offsets[part.topic] == nil {
 			w.Offsets[part.topic] = map[int32]int64{}
 		}

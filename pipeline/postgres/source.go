@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lakeflow/lakeflow/contracts"
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
@@ -65,6 +66,12 @@ type SourceConfig struct {
 	// Fallback is the state the warehouse kept, used when the store has
 	// none (the Kafka data was deleted, or the topic prefix changed).
 	Fallback *change.SourceState
+	// FallbackSchemas are the table schemas the warehouse holds, used
+	// when the store has none.
+	FallbackSchemas map[string]*change.Table
+	// Contracts decide which schema changes evolve by themselves and
+	// accept the others.
+	Contracts contracts.Set
 }
 
 // Stats are the source's counters, safe to read while it runs.
@@ -131,6 +138,17 @@ func (s *Source) Run(ctx context.Context, sink Sink, store StateStore, drain <-c
 	schemas, err := store.LoadSchemas(ctx)
 	if err != nil {
 		return err
+	}
+	if len(schemas) == 0 && len(s.cfg.FallbackSchemas) > 0 {
+		// Kafka lost the schema history the warehouse holds: record it
+		// again, so the Relation messages PostgreSQL re-sends are judged
+		// against what silver has (and replays as replays).
+		for id, t := range s.cfg.FallbackSchemas {
+			if err := sink.Schema(ctx, t); err != nil {
+				return err
+			}
+			schemas[id] = t
+		}
 	}
 	slotExists, err := s.slotExists(ctx, conn)
 	if err != nil {

@@ -1,0 +1,385 @@
+// Package contracts holds the data contracts: one TOML file per captured
+// table in contracts.dir (columns with types and nullability, key, owner,
+// consumers, freshness SLA, compatibility mode, whether the table keeps
+// SCD2 history, and named rules), and the code that loads and checks
+// them. A contract is refused at load, naming file, line and reason, when
+// it names an unknown column, a bad type, a rule twice, or a rule that is
+// not a single boolean expression over one row.
+package contracts
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+
+	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+)
+
+// Mode is a table's compatibility mode: which source schema changes
+// evolve silver by themselves. Any other change stops ingestion until the
+// contract accepts it.
+type Mode string
+
+// The compatibility modes.
+const (
+	// Backward (the default): silver, reading the new shape, can still
+	// read the old: new columns and widened types evolve.
+	Backward Mode = "backward"
+	// Forward: readers of the old shape can read the new: new columns and
+	// narrowed types evolve.
+	Forward Mode = "forward"
+	// Full: both: only new columns evolve.
+	Full Mode = "full"
+	// None: every change evolves, as far as silver can follow it.
+	None Mode = "none"
+)
+
+// Action is what a failed rule does to the change.
+type Action string
+
+// The rule actions.
+const (
+	// Quarantine (the default): the change does not reach silver, which
+	// keeps the last version that passed; it is kept in
+	// lakeflow.quarantine.
+	Quarantine Action = "quarantine"
+	// Warn: the change is applied and the failure recorded.
+	Warn Action = "warn"
+	// Fail: ingestion stops, naming the change.
+	Fail Action = "fail"
+)
+
+// Contract is one table's contract.
+type Contract struct {
+	// File is the contract's path.
+	File          string
+	Table         config.Table
+	Owner         string
+	Consumers     []string
+	Description   string
+	Freshness     time.Duration
+	Compatibility Mode
+	// History says the table keeps SCD2 history (silver.<table>_history).
+	History bool
+	Key     []string
+	Columns []Column
+	Rules   []Rule
+}
+
+// Column is a column the contract declares.
+type Column struct {
+	Name string
+	// Type is PostgreSQL's spelling; Base the built-in type a non-built-in
+	// one is stored as.
+	Type        string
+	Base        string
+	Nullable    bool
+	Description string
+	// RenamedFrom accepts a rename: the column was called so before.
+	RenamedFrom string
+	parsed      change.Type
+}
+
+// Rule is a named check of one row.
+type Rule struct {
+	// Name is the table's name dotted with the rule's: orders.total_non_negative.
+	Name        string
+	Check       string
+	References  *Reference
+	Action      Action
+	Description string
+	line        int
+}
+
+// Reference is the existence form of a rule: the row its columns point
+// to exists, and is not deleted, in silver as of the change's position.
+type Reference struct {
+	Table config.Table
+	// Columns maps this table's columns to the referenced table's.
+	Columns [][2]string
+}
+
+// Set is the loaded contracts, by table (change.QualifiedName).
+type Set map[string]*Contract
+
+// For returns the contract of a table, or nil.
+func (s Set) For(schema, name string) *Contract { return s[change.QualifiedName(schema, name)] }
+
+// file mirrors a contract file.
+type file struct {
+	Table         string       `toml:"table"`
+	Owner         string       `toml:"owner"`
+	Consumers     []string     `toml:"consumers"`
+	Description   string       `toml:"description"`
+	Freshness     string       `toml:"freshness"`
+	Compatibility string       `toml:"compatibility"`
+	History       bool         `toml:"history"`
+	Key           []string     `toml:"key"`
+	Columns       []columnFile `toml:"columns"`
+	Rules         []ruleFile   `toml:"rules"`
+}
+
+type columnFile struct {
+	Name        string `toml:"name"`
+	Type        string `toml:"type"`
+	Base        string `toml:"base"`
+	Nullable    *bool  `toml:"nullable"`
+	Description string `toml:"description"`
+	RenamedFrom string `toml:"renamed_from"`
+}
+
+type ruleFile struct {
+	Name        string            `toml:"name"`
+	Check       string            `toml:"check"`
+	References  string            `toml:"references"`
+	On          map[string]string `toml:"on"`
+	Action      string            `toml:"action"`
+	Description string            `toml:"description"`
+}
+
+// Load reads every *.toml file of dir (a missing dir is an empty set) and
+// checks each contract, its rules included. Every problem is reported
+// with its file and line.
+func Load(dir string) (Set, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "*.toml"))
+	if err != nil {
+		return nil, fmt.Errorf("%w: contracts.dir %s: %v", fault.ErrConfig, dir, err)
+	}
+	sort.Strings(paths)
+	set := Set{}
+	var problems []error
+	for _, p := range paths {
+		c, err := loadFile(p)
+		if err != nil {
+			problems = append(problems, err)
+			continue
+		}
+		id := c.Table.String()
+		if prev, dup := set[id]; dup {
+			problems = append(problems, fmt.Errorf("%s: table %s already has the contract %s", p, id, prev.File))
+			continue
+		}
+		set[id] = c
+	}
+	if err := set.checkReferences(); err != nil {
+		problems = append(problems, err)
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("%w: contracts: %w", fault.ErrConfig, errors.Join(problems...))
+	}
+	return set, nil
+}
+
+func loadFile(path string) (*Contract, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var f file
+	d := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
+	if err := d.Decode(&f); err != nil {
+		var strict *toml.StrictMissingError
+		if errors.As(err, &strict) {
+			var msgs []string
+			for _, e := range strict.Errors {
+				row, _ := e.Position()
+				msgs = append(msgs, fmt.Sprintf("%s:%d: unknown key %s", path, row, strings.Join(e.Key(), ".")))
+			}
+			return nil, errors.New(strings.Join(msgs, "; "))
+		}
+		var de *toml.DecodeError
+		if errors.As(err, &de) {
+			row, _ := de.Position()
+			return nil, fmt.Errorf("%s:%d: %s", path, row, de.Error())
+		}
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	lines := newLines(data)
+	bad := func(line int, format string, args ...any) error {
+		return fmt.Errorf("%s:%d: %s", path, line, fmt.Sprintf(format, args...))
+	}
+	c := &Contract{File: path, Owner: f.Owner, Consumers: f.Consumers, Description: f.Description,
+		Compatibility: Mode(f.Compatibility), History: f.History, Key: f.Key}
+	var problems []error
+	if c.Table, err = config.ParseTable(f.Table); err != nil || f.Table == "" {
+		problems = append(problems, bad(lines.key("table"), "table: want the captured table as schema.table (%v)", err))
+	}
+	if f.Freshness != "" {
+		if c.Freshness, err = time.ParseDuration(f.Freshness); err != nil || c.Freshness <= 0 {
+			problems = append(problems, bad(lines.key("freshness"), "freshness %q is not a duration like \"15m\"", f.Freshness))
+		}
+	}
+	switch c.Compatibility {
+	case "":
+		c.Compatibility = Backward
+	case Backward, Forward, Full, None:
+	default:
+		problems = append(problems, bad(lines.key("compatibility"), "compatibility %q: want backward, forward, full or none", f.Compatibility))
+	}
+	names := map[string]bool{}
+	for i, cf := range f.Columns {
+		line := lines.block("columns", i)
+		col := Column{Name: cf.Name, Type: cf.Type, Base: cf.Base, Nullable: cf.Nullable == nil || *cf.Nullable,
+			Description: cf.Description, RenamedFrom: cf.RenamedFrom}
+		if cf.Name == "" {
+			problems = append(problems, bad(line, "a column without a name"))
+			continue
+		}
+		if names[strings.ToLower(cf.Name)] {
+			problems = append(problems, bad(line, "column %s is declared twice (DuckDB ignores case)", cf.Name))
+		}
+		names[strings.ToLower(cf.Name)] = true
+		if col.parsed, err = ParseType(cf.Type, cf.Base); err != nil {
+			problems = append(problems, bad(line, "column %s: %v", cf.Name, err))
+		}
+		c.Columns = append(c.Columns, col)
+	}
+	if len(c.Columns) == 0 {
+		problems = append(problems, bad(1, "no [[columns]]: list the table's columns (lakeflow contracts init writes them)"))
+	}
+	for _, k := range c.Key {
+		if c.Column(k) == nil {
+			problems = append(problems, bad(lines.key("key"), "key column %s is not among the columns", k))
+		}
+	}
+	if len(c.Key) == 0 {
+		problems = append(problems, bad(lines.key("key"), "key: name the primary key columns"))
+	}
+	rules := map[string]bool{}
+	for i, rf := range f.Rules {
+		line := lines.block("rules", i)
+		r, err := c.rule(rf, line)
+		if err != nil {
+			problems = append(problems, bad(line, "%v", err))
+			continue
+		}
+		if rules[r.Name] {
+			problems = append(problems, bad(line, "rule %s is declared twice", r.Name))
+			continue
+		}
+		rules[r.Name] = true
+		c.Rules = append(c.Rules, r)
+	}
+	if len(problems) == 0 {
+		if err := checkRules(c); err != nil {
+			problems = append(problems, err)
+		}
+	}
+	return c, errors.Join(problems...)
+}
+
+// rule reads one [[rules]] entry.
+func (c *Contract) rule(rf ruleFile, line int) (Rule, error) {
+	r := Rule{Action: Action(rf.Action), Description: rf.Description, Check: strings.TrimSpace(rf.Check), line: line}
+	if rf.Name == "" || strings.ContainsAny(rf.Name, ". \"") {
+		return r, fmt.Errorf("rule name %q: want a word like total_non_negative (it is prefixed with the table's name)", rf.Name)
+	}
+	r.Name = c.Table.Name + "." + rf.Name
+	switch r.Action {
+	case "":
+		r.Action = Quarantine
+	case Quarantine, Warn, Fail:
+	default:
+		return r, fmt.Errorf("rule %s: action %q: want quarantine, warn or fail", r.Name, rf.Action)
+	}
+	switch {
+	case (r.Check == "") == (rf.References == ""):
+		return r, fmt.Errorf("rule %s: give either check (an SQL condition) or references (the existence form)", r.Name)
+	case rf.References != "":
+		t, err := config.ParseTable(rf.References)
+		if err != nil {
+			return r, fmt.Errorf("rule %s: references: %v", r.Name, err)
+		}
+		if len(rf.On) == 0 {
+			return r, fmt.Errorf("rule %s: references needs on = { <column> = \"<referenced column>\" }", r.Name)
+		}
+		ref := &Reference{Table: t}
+		for local, remote := range rf.On {
+			if c.Column(local) == nil {
+				return r, fmt.Errorf("rule %s: on: %s is not a column of %s", r.Name, local, c.Table)
+			}
+			ref.Columns = append(ref.Columns, [2]string{local, remote})
+		}
+		slices.SortFunc(ref.Columns, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
+		r.References = ref
+	}
+	return r, nil
+}
+
+// Column returns the named column, or nil.
+func (c *Contract) Column(name string) *Column {
+	for i := range c.Columns {
+		if c.Columns[i].Name == name {
+			return &c.Columns[i]
+		}
+	}
+	return nil
+}
+
+// checkReferences checks that every referenced table has a contract that
+// declares the referenced columns, with types the referring ones compare
+// with.
+func (s Set) checkReferences() error {
+	var problems []error
+	for _, c := range s {
+		for _, r := range c.Rules {
+			if r.References == nil {
+				continue
+			}
+			target := s[r.References.Table.String()]
+			if target == nil {
+				problems = append(problems, fmt.Errorf("%s:%d: rule %s references %s, which has no contract", c.File, r.line, r.Name, r.References.Table))
+				continue
+			}
+			for _, pair := range r.References.Columns {
+				if target.Column(pair[1]) == nil {
+					problems = append(problems, fmt.Errorf("%s:%d: rule %s: %s has no column %s", c.File, r.line, r.Name, r.References.Table, pair[1]))
+				}
+			}
+		}
+	}
+	return errors.Join(problems...)
+}
+
+// lines finds where keys and [[blocks]] of a TOML file start, for error
+// messages (the decoder does not keep positions).
+type lines []string
+
+func newLines(data []byte) lines { return strings.Split(string(data), "\n") }
+
+// key is the line of a top-level key (1 if absent).
+func (l lines) key(name string) int {
+	for i, s := range l {
+		s = strings.TrimSpace(s)
+		if strings.HasPrefix(s, "[") {
+			break
+		}
+		if k, _, ok := strings.Cut(s, "="); ok && strings.TrimSpace(k) == name {
+			return i + 1
+		}
+	}
+	return 1
+}
+
+// block is the line of the n-th [[name]] header.
+func (l lines) block(name string, n int) int {
+	for i, s := range l {
+		if strings.TrimSpace(s) == "[["+name+"]]" {
+			if n == 0 {
+				return i + 1
+			}
+			n--
+		}
+	}
+	return 1
+}

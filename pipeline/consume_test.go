@@ -1,0 +1,262 @@
+package pipeline
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/kafka"
+	"github.com/lakeflow/lakeflow/pipeline/lake"
+	"github.com/lakeflow/lakeflow/warehouse"
+)
+
+// TestWatermarkOfATableNotYetReadDoesNotStall: a watermark that names a
+// table whose schema arrived after the consumer last read the schema
+// topic (the second table of a snapshot that outgrew a batch) makes the
+// consumer read it, instead of waiting for it forever.
+func TestWatermarkOfATableNotYetReadDoesNotStall(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	ctx := context.Background()
+	kcfg := kafka.Config{Brokers: cluster.ListenAddrs(), Prefix: "lf", Partitions: 1, Database: "db", Retention: time.Hour, RetentionBytes: 1 << 30}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	col := func() []change.Column {
+		return []change.Column{{Name: "id", Type: change.Type{Kind: change.KindInt8, Name: "bigint"}, Key: true}}
+	}
+	ta := &change.Table{Schema: "public", Name: "big", Columns: col()}
+	tc := &change.Table{Schema: "public", Name: "small", Columns: col()}
+	snap := func(tbl *change.Table, id int) *change.Event {
+		return &change.Event{Table: tbl, Op: change.OpRead, Pos: change.Position{Seq: 1000}, LSN: 1000, Commit: 1700000000000000, Snapshot: change.SnapshotRow,
+			After: []change.Datum{{Text: []byte(fmt.Sprint(id))}}}
+	}
+	p, err := kafka.NewProducer(kcfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	dir := t.TempDir()
+	lk, _ := lake.Open(filepath.Join(dir, "lake"))
+	wh, err := warehouse.Open(ctx, config.Warehouse{Path: filepath.Join(dir, "wh.duckdb")}, lk, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wh.Close()
+	cons, _ := kafka.NewConsumer(kcfg)
+	defer cons.Close()
+	c := &consumer{cfg: config.Pipeline{BatchEvents: 2, BatchBytes: 1 << 26, BatchInterval: time.Second}, kcfg: kcfg, slot: "s",
+		kafka: cons, wh: wh, log: log, sourceDone: make(chan struct{}), follow: true}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- c.run(cctx) }()
+	// Snapshot: the big table (more than the hard limit of 8), then the small one.
+	p.Schema(ctx, ta)
+	for i := 0; i < 11; i++ {
+		p.Event(ctx, snap(ta, i))
+	}
+	p.Flush(ctx)
+	for t0 := time.Now(); c.stats.batches.Load() == 0 && time.Since(t0) < 5*time.Second; {
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.Schema(ctx, tc)
+	p.Event(ctx, snap(tc, 1))
+	p.EndTxn(change.Boundary{Seq: 1000, End: 1000})
+	p.Flush(ctx)
+	deadline := time.Now().Add(30 * time.Second)
+	for change.LSN(c.applied.Load()) < 1000 || c.stats.events.Load() != 12 {
+		if time.Now().After(deadline) {
+			t.Fatalf("stalled: %d events applied, slot position %d", c.stats.events.Load(), c.applied.Load())
+		}
+		select {
+		case err := <-errc:
+			t.Fatalf("consumer stopped: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// TestRestartMidTransactionLosesNothing: T1 writes tables a and b, T2
+// writes a; before a crash only a's records of T1 and T2 reached Kafka.
+// The replay must not let a batch claim T1 complete without a's record,
+// which the position floor would then drop for good.
+func TestRestartMidTransactionLosesNothing(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	ctx := context.Background()
+	kcfg := kafka.Config{Brokers: cluster.ListenAddrs(), Prefix: "lf", Partitions: 1, Database: "db", Retention: time.Hour, RetentionBytes: 1 << 30}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	col := func() []change.Column {
+		return []change.Column{{Name: "id", Type: change.Type{Kind: change.KindInt8, Name: "bigint"}, Key: true}}
+	}
+	ta := &change.Table{Schema: "public", Name: "a", Columns: col()}
+	tb := &change.Table{Schema: "public", Name: "b", Columns: col()}
+	ev := func(tbl *change.Table, seq change.LSN, ord uint32, id string) *change.Event {
+		return &change.Event{Table: tbl, Op: change.OpCreate, Pos: change.Position{Seq: seq, Ord: ord}, LSN: seq, Commit: 1700000000000000, Snapshot: change.SnapshotNone,
+			After: []change.Datum{{Text: []byte(id)}}}
+	}
+	p1, err := kafka.NewProducer(kcfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p1.Schema(ctx, ta); err != nil {
+		t.Fatal(err)
+	}
+	if err := p1.Schema(ctx, tb); err != nil {
+		t.Fatal(err)
+	}
+	p1.Event(ctx, ev(ta, 100, 1, "0"))
+	p1.Event(ctx, ev(tb, 100, 2, "0"))
+	p1.EndTxn(change.Boundary{Seq: 100, End: 101})
+	if err := p1.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// T1 (a and b) and T2 (a): only a's records reach Kafka before the crash.
+	p1.Event(ctx, ev(ta, 200, 1, "1"))
+	p1.Event(ctx, ev(ta, 300, 1, "2"))
+	p1.Flush(ctx)
+	p1.Close()
+
+	p2, err := kafka.NewProducer(kcfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2.Event(ctx, ev(ta, 200, 1, "1"))
+	p2.Event(ctx, ev(tb, 200, 2, "1"))
+	p2.EndTxn(change.Boundary{Seq: 200, End: 201})
+	if err := p2.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	lk, err := lake.Open(filepath.Join(dir, "lake"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	whPath := filepath.Join(dir, "wh.duckdb")
+	wh, err := warehouse.Open(ctx, config.Warehouse{Path: whPath}, lk, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := kafka.NewConsumer(kcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	c := &consumer{cfg: config.Pipeline{BatchEvents: 50000, BatchBytes: 1 << 26, BatchInterval: 10 * time.Millisecond}, kcfg: kcfg, slot: "s",
+		kafka: cons, wh: wh, log: log, sourceDone: done, follow: true}
+	cctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- c.run(cctx) }()
+	waitApplied := func(end uint64) {
+		for i := 0; c.applied.Load() < end; i++ {
+			if i > 500 {
+				t.Fatalf("applied stuck at %d", c.applied.Load())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	p2.Event(ctx, ev(ta, 300, 1, "2"))
+	p2.EndTxn(change.Boundary{Seq: 300, End: 301})
+	if err := p2.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p2.Close()
+
+	waitApplied(301)
+	cancel()
+	<-errc
+	cons.Close()
+	wh.Close()
+	db, err := sql.Open("duckdb", whPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for q, want := range map[string]string{
+		`SELECT string_agg(id::VARCHAR, ',' ORDER BY id) FROM silver.a`:                             "0,1,2",
+		`SELECT string_agg(id::VARCHAR, ',' ORDER BY id) FROM silver.b`:                             "0,1",
+		`SELECT sum(events)::VARCHAR FROM lakeflow.lake_files WHERE source_table = 'public.a'`:      "3",
+		`SELECT bool_and(consistent)::VARCHAR FROM lakeflow.batches WHERE events > 0 AND lsn = 300`: "true",
+	} {
+		var got sql.NullString
+		if err := db.QueryRow(q).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got.String != want {
+			t.Errorf("%s: %q, want %q", q, got.String, want)
+		}
+	}
+}
+
+// TestNewWarehouseOnAnExistingLake: the warehouse file is lost while lake
+// and Kafka are intact; a new one read from Kafka adds nothing to the lake
+// twice.
+func TestNewWarehouseOnAnExistingLake(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ta := &change.Table{Schema: "public", Name: "a", Columns: []change.Column{{Name: "id", Type: change.Type{Kind: change.KindInt8, Name: "bigint"}, Key: true}}}
+	ev := func(seq change.LSN, ord uint32, id string) *change.Event {
+		return &change.Event{Table: ta, Op: change.OpCreate, Pos: change.Position{Seq: seq, Ord: ord}, LSN: seq, Commit: 1700000000000000, Snapshot: change.SnapshotNone,
+			After: []change.Datum{{Text: []byte(id)}}}
+	}
+	dir := t.TempDir()
+	lk, _ := lake.Open(filepath.Join(dir, "lake"))
+	whPath := filepath.Join(dir, "wh.duckdb")
+	cl, _ := kfake.NewCluster(kfake.NumBrokers(1))
+	defer cl.Close()
+	k := kafka.Config{Brokers: cl.ListenAddrs(), Prefix: "lf", Partitions: 1, Database: "db", Retention: time.Hour, RetentionBytes: 1 << 30}
+	p, _ := kafka.NewProducer(k, log)
+	defer p.Close()
+	p.Schema(ctx, ta)
+	prod := func(i int) {
+		p.Event(ctx, ev(change.LSN(100*i), 1, string(rune('0'+i))))
+		p.EndTxn(change.Boundary{Seq: change.LSN(100 * i), End: change.LSN(100*i + 1)})
+		p.Flush(ctx)
+	}
+	prod(1)
+	run := func(be int) {
+		wh, err := warehouse.Open(ctx, config.Warehouse{Path: whPath}, lk, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer wh.Close()
+		cons, _ := kafka.NewConsumer(k)
+		defer cons.Close()
+		done := make(chan struct{})
+		close(done)
+		c := &consumer{cfg: config.Pipeline{BatchEvents: be, BatchBytes: 1 << 26, BatchInterval: 20 * time.Millisecond}, kcfg: k, slot: "s",
+			kafka: cons, wh: wh, log: log, sourceDone: done}
+		if err := c.run(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(1)
+	prod(2)
+	prod(3)
+	run(1)
+	os.Remove(whPath)
+	os.Remove(whPath + ".wal")
+	run(1000)
+	db, _ := sql.Open("duckdb", "")
+	defer db.Close()
+	var n, d int64
+	db.QueryRow(`SELECT count(*), count(DISTINCT (_cdc_seq, _cdc_ord)) FROM read_parquet(?)`, filepath.Join(dir, "lake", "**", "*.parquet")).Scan(&n, &d)
+	if n != 3 || d != 3 {
+		t.Fatalf("lake holds %d events, %d of them distinct; want 3 and 3", n, d)
+	}
+}

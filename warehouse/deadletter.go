@@ -1,0 +1,135 @@
+package warehouse
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/lake"
+)
+
+// DeadLetter is an event that cannot be applied: not an envelope, a
+// missing field, a value silver cannot hold, or a record of a topic with
+// no schema. It is kept, raw, in lakeflow.dlq and the lake's _dlq
+// directory, and the batch goes on without it.
+type DeadLetter struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Table     string
+	Stage     string
+	Reason    string
+	Payload   []byte
+}
+
+// deadLetterDir is the lake directory of the dead letters.
+const deadLetterDir = "_dlq"
+
+const deadLetterTables = `
+CREATE TABLE IF NOT EXISTS lakeflow.dlq (
+	topic          VARCHAR NOT NULL,
+	topic_id       VARCHAR NOT NULL,
+	"partition"    INTEGER NOT NULL,
+	"offset"       BIGINT NOT NULL,
+	source_table   VARCHAR,
+	failure_stage  VARCHAR NOT NULL,
+	failure_reason VARCHAR NOT NULL,
+	payload        BLOB,
+	_cdc_seq       UBIGINT,
+	_cdc_ord       UINTEGER,
+	dead_at        TIMESTAMPTZ NOT NULL,
+	PRIMARY KEY (topic, topic_id, "partition", "offset")
+);`
+
+// deadLetters adds the records of topics without a schema to the batch's
+// dead letters, records them all in lakeflow.dlq (a replayed batch adds
+// nothing twice) and returns them.
+func (w *Warehouse) deadLetters(ctx context.Context, positions map[string]TopicPosition) ([]DeadLetter, error) {
+	_, err := w.conn.ExecContext(ctx, `INSERT INTO lakeflow_dead
+		SELECT topic, kafka_partition, kafka_offset, NULL, 'schema', 'no table schema for this topic in the schema topic', coalesce(raw, encode(v)), NULL, NULL
+		FROM lakeflow_stage WHERE tbl = -1`)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := w.conn.QueryContext(ctx, `SELECT topic, "partition", "offset", coalesce(source_table, ''), failure_stage, failure_reason, payload FROM lakeflow_dead ORDER BY ALL`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []DeadLetter
+	for rows.Next() {
+		var d DeadLetter
+		if err := rows.Scan(&d.Topic, &d.Partition, &d.Offset, &d.Table, &d.Stage, &d.Reason, &d.Payload); err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil || len(out) == 0 {
+		return out, err
+	}
+	var ids []string
+	for topic, pos := range positions {
+		ids = append(ids, fmt.Sprintf("(%s, %s)", literal(topic), literal(pos.ID)))
+	}
+	ids = append(ids, "(NULL, NULL)")
+	_, err = w.conn.ExecContext(ctx, fmt.Sprintf(`INSERT OR IGNORE INTO lakeflow.dlq
+		SELECT d.topic, coalesce(i.id, ''), d."partition", d."offset", d.source_table, d.failure_stage, d.failure_reason, d.payload, d._cdc_seq, d._cdc_ord, now()
+		FROM lakeflow_dead d LEFT JOIN (VALUES %s) AS i(topic, id) ON i.topic = d.topic`, strings.Join(ids, ", ")))
+	return out, err
+}
+
+// writeDeadLetters keeps the batch's dead letters in the lake too, so the
+// lake holds every record: _dlq/<topic>/date=<day they died>/, one file
+// per topic partition.
+func (w *Warehouse) writeDeadLetters(ctx context.Context, n int) ([]lake.File, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	rows, err := w.conn.QueryContext(ctx, `SELECT topic, "partition", min("offset"), max("offset"), min(_cdc_seq), max(_cdc_seq) FROM lakeflow_dead GROUP BY ALL ORDER BY ALL`)
+	if err != nil {
+		return nil, err
+	}
+	type group struct {
+		topic          string
+		span           lake.Span
+		minSeq, maxSeq *uint64
+	}
+	var groups []group
+	for rows.Next() {
+		var g group
+		if err := rows.Scan(&g.topic, &g.span.Partition, &g.span.First, &g.span.Last, &g.minSeq, &g.maxSeq); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if g.minSeq != nil {
+			g.span.MinSeq, g.span.MaxSeq = change.LSN(*g.minSeq), change.LSN(*g.maxSeq)
+		}
+		groups = append(groups, g)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	day := time.Now().UTC().Format(time.DateOnly)
+	var files []lake.File
+	for _, g := range groups {
+		f := w.lake.NewFile(filepath.Join(deadLetterDir, change.SafeName(g.topic)), day, g.span)
+		files = append(files, f)
+		_, err := w.conn.ExecContext(ctx, fmt.Sprintf(`COPY (SELECT *, now() AS dead_at FROM lakeflow_dead WHERE topic = %s AND "partition" = %d ORDER BY "offset")
+			TO %s (FORMAT parquet, COMPRESSION zstd)`, literal(g.topic), g.span.Partition, literal(f.Staging)))
+		if err != nil {
+			return files, err
+		}
+		if err := lake.Sync(f.Staging); err != nil {
+			return files, err
+		}
+		if _, err := os.Stat(f.Staging); err != nil {
+			return files, err
+		}
+	}
+	return files, nil
+}

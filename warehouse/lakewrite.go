@@ -1,0 +1,124 @@
+package warehouse
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/lake"
+)
+
+// writeLake writes the table's events that are not in the lake yet, one
+// file per commit day and Kafka partition, under staging names, and
+// records them in lakeflow.lake_files.
+func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string) ([]lake.File, error) {
+	src := rowsTable(t.id)
+	newer := "kafka_offset > " + w.lakeHighExpr(t.topic)
+	if w.known[t] {
+		newer += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM lakeflow_known k WHERE k.tbl = %d AND k.seq = %s._cdc_seq AND k.ord = %s._cdc_ord)", t.id, src, src)
+	}
+	rows, err := w.conn.QueryContext(ctx, fmt.Sprintf(`SELECT strftime(day, '%%Y-%%m-%%d'), kafka_partition, min(kafka_offset), max(kafka_offset),
+		count(*), min(_cdc_seq), max(_cdc_seq) FROM %s WHERE %s GROUP BY ALL ORDER BY ALL`, src, newer))
+	if err != nil {
+		return nil, err
+	}
+	type group struct {
+		day            string
+		part           int32
+		first, last, n int64
+		minSeq, maxSeq uint64
+	}
+	var groups []group
+	for rows.Next() {
+		var g group
+		if err := rows.Scan(&g.day, &g.part, &g.first, &g.last, &g.n, &g.minSeq, &g.maxSeq); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		groups = append(groups, g)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var files []lake.File
+	for _, g := range groups {
+		f := w.lake.NewFile(lakeDir(t.schema), g.day, lake.Span{Partition: g.part, First: g.first, Last: g.last,
+			MinSeq: change.LSN(g.minSeq), MaxSeq: change.LSN(g.maxSeq)})
+		files = append(files, f)
+		copySQL := fmt.Sprintf(`COPY (SELECT * EXCLUDE (day, key_only, dlq_reason) FROM %s
+			WHERE day = DATE %s AND kafka_partition = %d AND %s ORDER BY kafka_offset)
+			TO %s (FORMAT parquet, COMPRESSION zstd)`, src, literal(g.day), g.part, newer, literal(f.Staging))
+		if _, err := w.conn.ExecContext(ctx, copySQL); err != nil {
+			return files, err
+		}
+		if err := lake.Sync(f.Staging); err != nil {
+			return files, err
+		}
+		fi, err := os.Stat(f.Staging)
+		if err != nil {
+			return files, err
+		}
+		_, err = w.conn.ExecContext(ctx, "INSERT INTO lakeflow.lake_files VALUES (?, ?, ?::DATE, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+			f.Path, t.schema.ID(), g.day, t.topic, g.part, g.first, g.last, g.n, g.minSeq, g.maxSeq, fi.Size(), time.Now().UTC(), topicID)
+		if err != nil {
+			return files, err
+		}
+	}
+	return files, nil
+}
+
+// lakeHighExpr is the per-partition lake high offset as SQL (-1: none).
+func (w *Warehouse) lakeHighExpr(topic string) string {
+	high := w.lakeHigh[topic]
+	if len(high) == 0 {
+		return "-1"
+	}
+	var b strings.Builder
+	b.WriteString("CASE kafka_partition")
+	for p, off := range high {
+		fmt.Fprintf(&b, " WHEN %d THEN %d", p, off)
+	}
+	b.WriteString(" ELSE -1 END")
+	return b.String()
+}
+
+// LogReset tells the warehouse that the Kafka log of topic it read is gone
+// and reading starts over in a new one, whose offsets say nothing about
+// what the lake holds. Events at or before the last consistent batch are
+// recognised by position (Apply drops them); events after it that a batch
+// which was not consistent wrote are looked up in the lake.
+func (w *Warehouse) LogReset(ctx context.Context, topic string) error {
+	delete(w.lakeHigh, topic)
+	t := w.byTopic[topic]
+	if t == nil {
+		return nil
+	}
+	rows, err := w.conn.QueryContext(ctx, "SELECT path FROM lakeflow.lake_files WHERE source_table = ? AND max_seq > ?", t.schema.ID(), uint64(w.floor))
+	if err != nil {
+		return err
+	}
+	var paths []string
+	for rows.Next() {
+		var p string
+		if err := rows.Scan(&p); err != nil {
+			rows.Close()
+			return err
+		}
+		paths = append(paths, literal(w.lake.Abs(p)))
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(paths) == 0 {
+		return err
+	}
+	_, err = w.conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO lakeflow_known SELECT %d, _cdc_seq, _cdc_ord
+		FROM read_parquet([%s]) WHERE _cdc_seq > %d`, t.id, strings.Join(paths, ", "), w.floor))
+	if err != nil {
+		return fmt.Errorf("read the lake's events of %s after %s: %w", t.schema.ID(), w.floor, err)
+	}
+	w.known[t] = true
+	return nil
+}
