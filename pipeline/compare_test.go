@@ -254,3 +254,15 @@ func openDuck(t *testing.T, path string) *sql.DB {
 	}
 	return db
 }
+
+// openDuckRW opens a warehouse for writing; close it before lakeflow runs
+// again in this process.
+func openDuckRW(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("duckdb", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	return db
+}

@@ -67,7 +67,7 @@ type mark struct {
 }
 
 type consumerStats struct {
-	events, batches, files atomic.Int64
+	events, batches, files, quarantined, dead atomic.Int64
 }
 
 func (c *consumer) wmTopic() string { return kafka.WatermarkTopic(c.kcfg.Prefix) }
@@ -375,10 +375,15 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 	c.stats.events.Add(int64(st.Events))
 	c.stats.batches.Add(1)
 	c.stats.files.Add(int64(st.LakeFiles))
+	c.stats.quarantined.Add(int64(st.Quarantined))
+	if len(st.Dead) > 0 {
+		c.deadLetters(ctx, st.Dead)
+	}
 	c.log.Debug("batch committed", "events", st.Events, "tables", st.Tables, "lake_files", st.LakeFiles,
 		"consistent", batch.Watermark != nil,
 		"stage", st.Stage.Round(time.Millisecond), "decode", st.Decode.Round(time.Millisecond), "lake", st.Lake.Round(time.Millisecond),
-		"merge", st.Merge.Round(time.Millisecond), "commit", st.Commit.Round(time.Millisecond))
+		"rules", st.Rules.Round(time.Millisecond), "merge", st.Merge.Round(time.Millisecond), "commit", st.Commit.Round(time.Millisecond),
+		"quarantined", st.Quarantined, "warned", st.Warned, "dead", len(st.Dead))
 	c.trim(ctx)
 	return nil
 }
@@ -390,6 +395,21 @@ func (c *consumer) seenAsTarget() map[string]map[int32]int64 {
 		out[t] = p.Next
 	}
 	return out
+}
+
+// deadLetters says loudly that events were set aside, and announces
+// them on <prefix>.dlq (lakeflow.dlq and the lake hold them already).
+func (c *consumer) deadLetters(ctx context.Context, dead []warehouse.DeadLetter) {
+	total := c.stats.dead.Add(int64(len(dead)))
+	c.log.Warn("events could not be applied and went to the dead-letter queue (lakeflow.dlq)",
+		"events", len(dead), "this_run", total, "first", dead[0].Topic+"/"+fmt.Sprint(dead[0].Partition)+"@"+fmt.Sprint(dead[0].Offset)+": "+dead[0].Reason)
+	out := make([]kafka.DeadLetter, len(dead))
+	for i, d := range dead {
+		out[i] = kafka.DeadLetter(d)
+	}
+	if err := c.kafka.DeadLetters(ctx, out); err != nil {
+		c.log.Warn("announcing dead letters on Kafka failed; lakeflow.dlq and the lake hold them", "err", err)
+	}
 }
 
 // consistentAt reports whether positions (after a batch) stand exactly at

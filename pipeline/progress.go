@@ -31,9 +31,13 @@ func showProgress(w io.Writer, src *postgres.Source, c *consumer) (stop func()) 
 				if wal, recv := src.Stats.ServerWAL.Load(), src.Stats.Received.Load(); wal > recv {
 					lag = fmt.Sprintf(" | WAL behind %s", bytesHuman(wal-recv))
 				}
-				fmt.Fprintf(w, "\r\033[K%s  captured %d (%.0f/s)  applied %d (%.0f/s)  pending %d  batches %d  lake files %d%s",
+				held := ""
+				if q, d := c.stats.quarantined.Load(), c.stats.dead.Load(); q+d > 0 {
+					held = fmt.Sprintf("  quarantined %d  DEAD LETTERS %d", q, d)
+				}
+				fmt.Fprintf(w, "\r\033[K%s  captured %d (%.0f/s)  applied %d (%.0f/s)  pending %d  batches %d  lake files %d%s%s",
 					now.Sub(start).Round(time.Second), in, float64(in-lastIn)/secs, out, float64(out-lastOut)/secs,
-					max(in-out, 0), c.stats.batches.Load(), c.stats.files.Load(), lag)
+					max(in-out, 0), c.stats.batches.Load(), c.stats.files.Load(), held, lag)
 				lastIn, lastOut, last = in, out, now
 			}
 		}

@@ -90,6 +90,7 @@ func (w *Warehouse) Apply(ctx context.Context, b Batch) (BatchStats, error) {
 	for _, r := range b.Records {
 		w.raiseLakeHigh(r.Topic, r.Partition, r.Offset)
 	}
+	w.batch++
 	if b.Watermark != nil {
 		w.floor = max(w.floor, b.Watermark.Seq)
 	}
@@ -212,9 +213,8 @@ func (w *Warehouse) recordBatch(ctx context.Context, b Batch) error {
 			commit = fmt.Sprintf("make_timestamptz(%d)", wm.Commit)
 		}
 	}
-	_, err := w.conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO lakeflow.batches
-		SELECT coalesce(max(batch), 0) + 1, %t, %s, %s, %s, %d, now() FROM lakeflow.batches`,
-		b.Watermark != nil, lsn, end, commit, len(b.Records)))
+	_, err := w.conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO lakeflow.batches VALUES (%d, %t, %s, %s, %s, %d, now())`,
+		w.batch+1, b.Watermark != nil, lsn, end, commit, len(b.Records)))
 	return err
 }
 

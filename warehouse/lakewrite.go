@@ -62,8 +62,8 @@ func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string) ([]
 		if err != nil {
 			return files, err
 		}
-		_, err = w.conn.ExecContext(ctx, "INSERT INTO lakeflow.lake_files VALUES (?, ?, ?::DATE, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-			f.Path, t.schema.ID(), g.day, t.topic, g.part, g.first, g.last, g.n, g.minSeq, g.maxSeq, fi.Size(), time.Now().UTC(), topicID)
+		_, err = w.conn.ExecContext(ctx, "INSERT INTO lakeflow.lake_files VALUES (?, ?, ?::DATE, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+			f.Path, t.schema.ID(), g.day, t.topic, g.part, g.first, g.last, g.n, g.minSeq, g.maxSeq, fi.Size(), time.Now().UTC(), topicID, w.batch+1)
 		if err != nil {
 			return files, err
 		}

@@ -39,6 +39,8 @@ type Warehouse struct {
 	// floor is the source position of the last consistent batch: every
 	// event at or before it is in the lake and in silver.
 	floor change.LSN
+	// batch is the number of the last committed batch.
+	batch int64
 	// known are tables whose topic was reset while a batch that was not
 	// consistent had written events after floor to the lake; those events
 	// are in lakeflow_known and are not written again.
@@ -93,7 +95,8 @@ CREATE TABLE IF NOT EXISTS lakeflow.lake_files (
 	max_seq      UBIGINT NOT NULL,
 	bytes        BIGINT NOT NULL,
 	committed_at TIMESTAMPTZ NOT NULL,
-	topic_id     VARCHAR
+	topic_id     VARCHAR,
+	batch        BIGINT
 );
 CREATE TABLE IF NOT EXISTS lakeflow.batches (
 	batch        BIGINT PRIMARY KEY,
@@ -197,7 +200,7 @@ func (w *Warehouse) init(ctx context.Context, memoryLimit int64) error {
 		return err
 	}
 	var floor sql.NullInt64
-	if err := w.conn.QueryRowContext(ctx, "SELECT max(lsn)::BIGINT FROM lakeflow.batches WHERE consistent").Scan(&floor); err != nil {
+	if err := w.conn.QueryRowContext(ctx, "SELECT (max(lsn) FILTER (consistent))::BIGINT, coalesce(max(batch), 0) FROM lakeflow.batches").Scan(&floor, &w.batch); err != nil {
 		return err
 	}
 	w.floor = change.LSN(floor.Int64)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lakeflow/lakeflow/contracts"
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
@@ -383,4 +384,82 @@ func TestDeleteWithTheKeyAloneOnTheMergePath(t *testing.T) {
 	two.apply(two.keyOnlyDelete(200, 1, "1"))
 	expect(t, one.silver(), "1 a x deleted @200/1")
 	expect(t, two.silver(), "1 a x deleted @200/1")
+}
+
+// withContract gives the fixture's warehouse a contract for acct with the
+// given rules (TOML [[rules]] entries).
+func (f *fixture) withContract(rules string) {
+	f.t.Helper()
+	dir := f.t.TempDir()
+	body := `table = "public.acct"
+key = ["id"]
+[[columns]]
+name = "id"
+type = "integer"
+[[columns]]
+name = "name"
+type = "text"
+[[columns]]
+name = "span"
+type = "interval"
+` + rules
+	if err := os.WriteFile(filepath.Join(dir, "acct.toml"), []byte(body), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+	set, err := contracts.Load(dir)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.wh.SetContracts(set)
+}
+
+func (f *fixture) quarantine() string {
+	f.t.Helper()
+	var s string
+	err := f.wh.conn.QueryRowContext(context.Background(), `SELECT coalesce(string_agg(key::VARCHAR || ' ' || array_to_string(rules, ',') || ' ' || action, '; ' ORDER BY _cdc_seq, _cdc_ord), '')
+		FROM lakeflow.quarantine`).Scan(&s)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return s
+}
+
+// TestRulesHoldBackBreachesOnce: a change that breaks a quarantine rule
+// stays out of silver and is recorded once, however often it is applied;
+// a warn rule records and applies.
+func TestRulesHoldBackBreachesOnce(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	f.withContract(`[[rules]]
+name = "named"
+check = "name <> 'bad'"
+[[rules]]
+name = "short"
+check = "length(name) < 5"
+action = "warn"
+`)
+	batch := []Record{f.rec(change.OpCreate, 100, 1, "1", "bad", ""), f.rec(change.OpCreate, 100, 2, "2", "longer", "")}
+	f.apply(batch...)
+	f.apply(batch...)
+	expect(t, f.silver(), "2 longer ∅ @100/2")
+	if got, want := f.quarantine(), `{"id":1} acct.named quarantine; {"id":2} acct.short warn`; got != want {
+		t.Fatalf("quarantine %q, want %q", got, want)
+	}
+}
+
+// TestFailRuleStopsTheBatch: a fail rule stops the batch before anything
+// of it is applied, naming the row and the rule.
+func TestFailRuleStopsTheBatch(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	f.withContract(`[[rules]]
+name = "named"
+check = "name <> 'bad'"
+action = "fail"
+`)
+	_, err := f.wh.Apply(context.Background(), batch(f.rec(change.OpCreate, 100, 1, "1", "ok", ""), f.rec(change.OpCreate, 200, 1, "2", "bad", "")))
+	if !errors.Is(err, fault.ErrCheckFailed) || !strings.Contains(err.Error(), `public.acct row {"id":2} at 0/C8#1 failed acct.named`) {
+		t.Fatalf("want the failed rule named, got %v", err)
+	}
+	expect(t, f.silver(), "")
 }

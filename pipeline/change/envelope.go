@@ -115,14 +115,10 @@ func appendField(dst []byte, c Column, d Datum) ([]byte, error) {
 	}
 	out, err := AppendValue(dst, c.Type, d.Text)
 	if err != nil {
-		return nil, fmt.Errorf("column %s (%s) value %q: %w", c.Name, c.Type.Name, truncate(d.Text), err)
+		// A value the type's encoding cannot carry (a timestamp beyond
+		// microsecond range): its PostgreSQL text travels instead, and the
+		// warehouse sets the event aside as a dead letter, naming it.
+		return appendBytesString(dst, d.Text), nil
 	}
 	return out, nil
-}
-
-func truncate(b []byte) string {
-	if len(b) > 64 {
-		return string(b[:64]) + "…"
-	}
-	return string(b)
 }

@@ -3,7 +3,6 @@ package kafka
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -69,23 +68,36 @@ type topicState struct {
 
 // partState tracks one topic partition. produced is counted by the source
 // goroutine; acked by kgo's promises, which run in produce order per
-// partition, so acked >= n means the first n records are in Kafka, at
-// offsets base .. base+n-1.
+// partition, so acked >= n means the first n records are in Kafka.
 type partState struct {
 	topic     string
 	partition int32
 	// high is the highest position in this partition; stream events at or
 	// below it are already in Kafka (PostgreSQL re-sends after a restart).
 	high     change.Position
-	base     int64 // end offset when the producer opened the partition
 	produced int64
 	acked    atomic.Int64
-	// broken is set on the first failed or misplaced record: nothing
-	// after it counts as acknowledged, so the slot can never be confirmed
-	// past a record Kafka does not hold.
+	// broken is set on the first failed record: nothing after it counts
+	// as acknowledged, so the slot can never be confirmed past a record
+	// Kafka does not hold.
 	broken  atomic.Bool
 	touched bool
 	promise func(*kgo.Record, error)
+
+	mu sync.Mutex // guards ends and last
+	// ends are the record counts that end a transaction in this
+	// partition, waiting for the offset after their last record.
+	ends []*txnEnd
+	last int64 // the offset after the last acknowledged record
+}
+
+// txnEnd is where a transaction's records end in a partition: after its
+// n-th record, at offset (once acknowledged). Offsets come from Kafka, not
+// from counting: records another producer wrote in between (garbage the
+// consumer sets aside as dead letters) cannot shift them.
+type txnEnd struct {
+	n      int64
+	offset int64
 }
 
 type movedTo struct {
@@ -94,15 +106,15 @@ type movedTo struct {
 }
 
 // boundary is the end of a transaction: it is durable once every
-// partition it touched has acknowledged up to the recorded count.
+// partition it touched has acknowledged its records.
 type boundary struct {
 	change.Boundary
 	marks []mark
 }
 
 type mark struct {
-	part     *partState
-	produced int64
+	part *partState
+	end  *txnEnd
 }
 
 // NewProducer connects to the brokers and starts publishing watermarks.
@@ -221,7 +233,7 @@ func (p *Producer) partitionOf(key []byte, n int) int {
 func (p *Producer) EndTxn(b change.Boundary) {
 	nb := boundary{Boundary: b, marks: make([]mark, len(p.touched))}
 	for i, part := range p.touched {
-		nb.marks[i] = mark{part: part, produced: part.produced}
+		nb.marks[i] = mark{part: part, end: part.expectEnd()}
 		part.touched = false
 	}
 	p.touched = p.touched[:0]
@@ -240,7 +252,7 @@ func (p *Producer) Durable() change.LSN {
 		b := p.pending[n]
 		ok := true
 		for _, m := range b.marks {
-			if m.part.acked.Load() < m.produced {
+			if m.part.acked.Load() < m.end.n {
 				ok = false
 				break
 			}
@@ -249,7 +261,9 @@ func (p *Producer) Durable() change.LSN {
 			break
 		}
 		for _, m := range b.marks {
-			p.moved[m.part] = movedTo{offset: m.part.base + m.produced, minSeq: b.Seq}
+			m.part.mu.Lock()
+			p.moved[m.part] = movedTo{offset: m.end.offset, minSeq: b.Seq}
+			m.part.mu.Unlock()
 		}
 		p.last = b.Boundary
 		p.durable.Store(uint64(b.End))
@@ -366,15 +380,15 @@ func (p *Producer) topic(ctx context.Context, t *change.Table) (*topicState, err
 		part.promise = func(r *kgo.Record, err error) { p.ack(part, r, err) }
 		s, _ := start.Lookup(name, int32(i))
 		e, _ := end.Lookup(name, int32(i))
-		part.base = e.Offset
+		part.last = e.Offset
 		if e.Offset > s.Offset {
-			if part.high, err = p.lastPosition(ctx, name, int32(i), e.Offset); err != nil {
+			if part.high, err = p.lastPosition(ctx, name, int32(i), s.Offset, e.Offset); err != nil {
 				return nil, err
 			}
 		}
 		// What the partition holds now may not be in any watermark yet.
 		p.mu.Lock()
-		p.moved[part] = movedTo{offset: part.base, minSeq: part.high.Seq}
+		p.moved[part] = movedTo{offset: e.Offset, minSeq: part.high.Seq}
 		p.mu.Unlock()
 		ts.parts = append(ts.parts, part)
 	}
@@ -384,21 +398,43 @@ func (p *Producer) topic(ctx context.Context, t *change.Table) (*topicState, err
 
 // ack counts a record Kafka answered for. Promises run in produce order
 // per partition, so acked counts the records that arrived, in order and
-// without a gap, at the offsets they were expected at; the first failure
-// stops the count for good.
+// without a gap; the first failure stops the count for good. The offset
+// after a record that ends a transaction is kept for its watermark.
 func (p *Producer) ack(part *partState, r *kgo.Record, err error) {
 	if part.broken.Load() {
 		return
-	}
-	if err == nil && r.Offset != part.base+part.acked.Load() {
-		err = fmt.Errorf("the record landed at offset %d, not %d: another producer writes to lakeflow's topics", r.Offset, part.base+part.acked.Load())
 	}
 	if err != nil {
 		part.broken.Store(true)
 		p.fail(fmt.Errorf("%w: kafka: produce to %s/%d: %v", fault.ErrUnavailable, part.topic, part.partition, err))
 		return
 	}
-	part.acked.Add(1)
+	part.mu.Lock()
+	n := part.acked.Add(1)
+	part.last = r.Offset + 1
+	for len(part.ends) > 0 && part.ends[0].n <= n {
+		if part.ends[0].n == n {
+			part.ends[0].offset = part.last
+		}
+		part.ends = part.ends[1:]
+	}
+	part.mu.Unlock()
+}
+
+// expectEnd registers that a transaction's records in the partition end
+// with the one produced last. (Its acknowledgement may already be in: no
+// record after it has been produced yet, so the last one acknowledged is
+// it.)
+func (part *partState) expectEnd() *txnEnd {
+	e := &txnEnd{n: part.produced}
+	part.mu.Lock()
+	defer part.mu.Unlock()
+	if part.acked.Load() == e.n {
+		e.offset = part.last
+	} else {
+		part.ends = append(part.ends, e)
+	}
+	return e
 }
 
 func (p *Producer) ensureWatermarkTopic(ctx context.Context) error {
@@ -412,21 +448,32 @@ func (p *Producer) ensureWatermarkTopic(ctx context.Context) error {
 	return nil
 }
 
-// lastPosition reads the position of the record at end-1.
-func (p *Producer) lastPosition(ctx context.Context, topic string, partition int32, end int64) (change.Position, error) {
-	recs, err := readRange(ctx, p.cfg.Brokers, topic, partition, end-1, end)
-	if err != nil || len(recs) == 0 {
-		return change.Position{}, errors.Join(err, fmt.Errorf("%w: kafka: cannot read the last record of %s/%d", fault.ErrUnavailable, topic, partition))
+// lastPosition reads the position of the last envelope before end,
+// looking further back when the last records are not envelopes (another
+// producer's garbage, which the consumer sets aside as dead letters).
+func (p *Producer) lastPosition(ctx context.Context, topic string, partition int32, start, end int64) (change.Position, error) {
+	ctx, cancel := context.WithTimeout(ctx, deliveryTimeout)
+	defer cancel()
+	for span := int64(16); ; span *= 4 {
+		from := max(end-span, start)
+		recs, err := readRange(ctx, p.cfg.Brokers, topic, partition, from, end)
+		if err != nil {
+			return change.Position{}, fmt.Errorf("%w: kafka: read the last records of %s/%d: %v", fault.ErrUnavailable, topic, partition, err)
+		}
+		for i := len(recs) - 1; i >= 0; i-- {
+			var pos struct {
+				Seq *uint64 `json:"_cdc_seq"`
+				Ord uint32  `json:"_cdc_ord"`
+			}
+			if json.Unmarshal(recs[i].Value, &pos) == nil && pos.Seq != nil {
+				return change.Position{Seq: change.LSN(*pos.Seq), Ord: pos.Ord}, nil
+			}
+		}
+		if from == start {
+			return change.Position{}, nil // no envelope at all
+		}
+		end = from
 	}
-	var pos struct {
-		Seq uint64 `json:"_cdc_seq"`
-		Ord uint32 `json:"_cdc_ord"`
-	}
-	if err := json.Unmarshal(recs[0].Value, &pos); err != nil {
-		return change.Position{}, fmt.Errorf("%w: %s/%d offset %d is not a lakeflow envelope (%v); is another producer writing to lakeflow's topics?",
-			fault.ErrUnavailable, topic, partition, end-1, err)
-	}
-	return change.Position{Seq: change.LSN(pos.Seq), Ord: pos.Ord}, nil
 }
 
 // put writes one keyed record to a meta topic and waits for it.

@@ -14,7 +14,7 @@ import (
 // refused one's transaction.
 func TestDurableStopsAtAFailedRecord(t *testing.T) {
 	p := &Producer{moved: map[*partState]movedTo{}}
-	part := &partState{topic: "t", base: 10}
+	part := &partState{topic: "t", last: 10}
 	produce := func(end change.LSN) {
 		part.produced++
 		part.touched = true
@@ -35,19 +35,21 @@ func TestDurableStopsAtAFailedRecord(t *testing.T) {
 	}
 }
 
-// TestDurableStopsAtAMisplacedRecord: a record that lands at another
-// offset than expected means another producer writes to the partition:
-// offsets in watermarks would be wrong.
-func TestDurableStopsAtAMisplacedRecord(t *testing.T) {
+// TestWatermarkOffsetsComeFromKafka: records another producer wrote between
+// lakeflow's (garbage, on a table topic) do not shift where a
+// transaction's records end.
+func TestWatermarkOffsetsComeFromKafka(t *testing.T) {
 	p := &Producer{moved: map[*partState]movedTo{}}
-	part := &partState{topic: "t", base: 0}
-	part.produced = 2
-	part.touched = true
+	part := &partState{topic: "t"}
+	part.produced, part.touched = 2, true
 	p.touched = append(p.touched, part)
-	p.EndTxn(change.Boundary{Seq: 99, End: 100})
 	p.ack(part, &kgo.Record{Offset: 0}, nil)
-	p.ack(part, &kgo.Record{Offset: 5}, nil)
-	if got := p.Durable(); got != 0 {
-		t.Fatalf("durable %s, want 0/0", got)
+	p.EndTxn(change.Boundary{Seq: 99, End: 100})
+	p.ack(part, &kgo.Record{Offset: 5}, nil) // offsets 1-4: another producer's records
+	if got := p.Durable(); got != 100 {
+		t.Fatalf("durable %s, want 0/64", got)
+	}
+	if m := p.moved[part]; m.offset != 6 {
+		t.Fatalf("the transaction ends at offset %d, want 6", m.offset)
 	}
 }
