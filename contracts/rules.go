@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	_ "github.com/duckdb/duckdb-go/v2" // DuckDB parses and binds the rules
-
 )
 
 // volatile are functions a rule may not call: they have side effects, or
@@ -158,5 +157,3 @@ func aggregateNames(db *sql.DB) (map[string]bool, error) {
 }
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
-
-

@@ -44,7 +44,7 @@ type Warehouse struct {
 	// known are tables whose topic was reset while a batch that was not
 	// consistent had written events after floor to the lake; those events
 	// are in lakeflow_known and are not written again.
-	known map[*table]bool
+	known     map[*table]bool
 	contracts contracts.Set
 	// beforeCommit, if set, runs just before a batch commits (tests).
 	beforeCommit func()
