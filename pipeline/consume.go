@@ -188,8 +188,9 @@ func (c *consumer) addMark(offset int64, value []byte) error {
 // step applies a batch if one is due: up to the newest watermark whose
 // records have all arrived, once that batch is full or old enough, or
 // carries no records at all (a heartbeat), or ends the drain; or, when the
-// records held reach the hard limit with no watermark in reach (a huge
-// transaction), all of them as a batch that is not consistent.
+// records held reach batch_bytes with no watermark in reach (a huge
+// transaction), all of them as a batch that is not consistent. A batch
+// grows past batch_events to end at a transaction boundary.
 func (c *consumer) step(ctx context.Context, target map[string]map[int32]int64) error {
 	k := -1
 	for i := len(c.marks) - 1; i >= 0; i-- {
@@ -198,7 +199,7 @@ func (c *consumer) step(ctx context.Context, target map[string]map[int32]int64) 
 			break
 		}
 	}
-	hard := len(c.pending) >= holdFactor*c.cfg.BatchEvents || c.bytes >= c.cfg.BatchBytes
+	hard := c.bytes >= c.cfg.BatchBytes
 	if k < 0 {
 		if hard {
 			return c.apply(ctx, len(c.pending), nil)
@@ -253,10 +254,6 @@ func (c *consumer) pace() {
 	}
 	c.kafka.Pause(want)
 }
-
-// holdFactor is how far past the batch size records are held while a
-// watermark that ends a batch is awaited.
-const holdFactor = 4
 
 // dropMarks forgets the watermarks up to the one at offset.
 func (c *consumer) dropMarks(offset int64) {

@@ -116,6 +116,7 @@ slot = %q
 heartbeat = "1s"
 [pipeline]
 batch_events = 3000
+batch_bytes = "4MiB"
 batch_interval = "200ms"
 [kafka]
 listen = "127.0.0.1:%d"

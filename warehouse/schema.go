@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,6 +28,7 @@ type Schema struct {
 func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTopic string, pos TopicPosition, state *change.SourceState) error {
 	// DuckDB refuses to commit a transaction that alters a table after
 	// updating it: every ALTER runs before every UPDATE.
+	var checks []check
 	var stmts, fills []string
 	latest := map[string]Schema{}
 	var order []string
@@ -41,12 +43,19 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 			order = append(order, id)
 		}
 		next := carryFills(prev, s.Table)
-		ddl, dml, err := evolve(prev, next)
+		p, err := evolve(prev, next)
 		if err != nil {
 			return err
 		}
-		stmts = append(stmts, ddl...)
-		fills = append(fills, dml...)
+		checks = append(checks, p.checks...)
+		stmts = append(stmts, p.ddl...)
+		fills = append(fills, p.dml...)
+		history, err := json.Marshal(next)
+		if err != nil {
+			return err
+		}
+		fills = append(fills, fmt.Sprintf("INSERT OR REPLACE INTO lakeflow.schema_history VALUES (%s, %d, %d, %s, %s, now())",
+			literal(id), uint64(next.Since.Seq), next.Since.Ord, literal(string(history)), literal(p.summary)))
 		latest[id] = Schema{Topic: s.Topic, Table: next}
 	}
 	stmts = append(stmts, fills...)
@@ -66,6 +75,11 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 		stmts = append(stmts, fmt.Sprintf("INSERT OR REPLACE INTO lakeflow.source_state VALUES (1, %s, now())", literal(string(stateJSON))))
 	}
 	err := w.inTx(ctx, func(ctx context.Context) error {
+		for _, c := range checks {
+			if err := c.run(ctx, w); err != nil {
+				return err
+			}
+		}
 		if err := w.exec(ctx, stmts); err != nil {
 			return err
 		}
@@ -150,51 +164,124 @@ func carryFills(prev, next *change.Table) *change.Table {
 	return &out
 }
 
-// evolve returns the DDL that takes silver from prev (nil: no table yet)
-// to next, and the updates that give rows older than an added column its
-// default.
-func evolve(prev, next *change.Table) (ddl, dml []string, err error) {
-	if prev == nil {
-		return []string{createTable(next)}, nil, nil
+// plan is how silver follows a schema change: checks that must hold
+// first, DDL, then updates (fills), and a summary for the schema history.
+type plan struct {
+	checks  []check
+	ddl     []string
+	dml     []string
+	summary string
+}
+
+// check is a query that must count no rows, with what to say otherwise.
+type check struct {
+	count, example string
+	refusal        string
+}
+
+func (c check) run(ctx context.Context, w *Warehouse) error {
+	var n int64
+	if err := w.conn.QueryRowContext(ctx, c.count).Scan(&n); err != nil {
+		return err
 	}
-	ev, err := prev.CheckEvolution(next)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", fault.ErrSchemaBreak, err)
+	if n == 0 {
+		return nil
+	}
+	var example string
+	w.conn.QueryRowContext(ctx, c.example).Scan(&example)
+	return fmt.Errorf("%w: %s: %d stored values do not convert (for example %q); correct them in the source (they arrive as changes) or accept another type in the contract",
+		fault.ErrSchemaBreak, c.refusal, n, example)
+}
+
+// evolve plans how silver goes from prev (nil: no table yet) to next.
+// Without the contract's acceptance (next.Accepted) only new columns and
+// widened types evolve. With it, a renamed column is renamed, a dropped
+// one is kept (retired: NULL for changes from then on), and a retyped one
+// converted where every stored value converts. A new key is refused.
+func evolve(prev, next *change.Table) (plan, error) {
+	var p plan
+	if prev == nil {
+		p.ddl = []string{createTable(next)}
+		p.summary = "created"
+		return p, nil
+	}
+	d := prev.Diff(next, next.Renames)
+	if brk := d.Breaking(prev, next); d.Key != nil || (len(brk) > 0 && !next.Accepted) {
+		return p, fmt.Errorf("%w: %v", fault.ErrSchemaBreak, &brk[0])
 	}
 	silver := "silver." + ident(next.Name)
+	var summary []string
+	for _, r := range d.Renamed {
+		p.ddl = append(p.ddl, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", silver, ident(r.From), ident(r.To)))
+		summary = append(summary, "renamed "+r.From+" to "+r.To)
+	}
 	rebuild := false
-	for _, wc := range ev.Widened {
-		if wc.Column.Key {
+	for _, r := range append(append(d.Widened, d.Narrowed...), d.Retyped...) {
+		to, from := duckType(r.Column.Type).duck, duckType(r.From).duck
+		summary = append(summary, r.Column.Name+" "+r.From.Name+" → "+r.Column.Type.Name)
+		if to == from {
+			continue
+		}
+		col := ident(r.Column.Name)
+		p.checks = append(p.checks, check{
+			count:   fmt.Sprintf("SELECT count(*) FROM %s WHERE %s IS NOT NULL AND TRY_CAST(%s AS %s) IS NULL", silver, col, col, to),
+			example: fmt.Sprintf("SELECT %s::VARCHAR FROM %s WHERE %s IS NOT NULL AND TRY_CAST(%s AS %s) IS NULL LIMIT 1", col, silver, col, col, to),
+			refusal: fmt.Sprintf("column %s of %s cannot become %s in silver", r.Column.Name, silver, to),
+		})
+		if r.Column.Key {
 			rebuild = true // DuckDB cannot retype a key column in place
 			continue
 		}
-		if to := duckType(wc.Column.Type).duck; to != duckType(wc.From).duck {
-			ddl = append(ddl, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", silver, ident(wc.Column.Name), to))
-		}
+		p.ddl = append(p.ddl, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", silver, col, to))
 	}
 	if rebuild {
-		ddl = append(ddl, rebuildTable(prev, next)...)
+		p.ddl = append(p.ddl, rebuildTable(next, d.Added)...)
 	}
-	for _, c := range ev.Added {
-		ddl = append(ddl, fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", silver, ident(c.Name), duckType(c.Type).duck))
+	next.Retired = append([]change.Column(nil), prev.Retired...)
+	for _, c := range d.Dropped {
+		c.Dropped = next.Since
+		next.Retired = append(next.Retired, c)
+		summary = append(summary, "dropped "+c.Name+" (kept, NULL from here on)")
+	}
+	for _, c := range d.Added {
+		if i := retired(next, c.Name); i >= 0 {
+			// Dropped before and added again: the column is back.
+			next.Retired = append(next.Retired[:i], next.Retired[i+1:]...)
+			p.ddl = append(p.ddl, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", silver, ident(c.Name), duckType(c.Type).duck))
+		} else {
+			p.ddl = append(p.ddl, fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", silver, ident(c.Name), duckType(c.Type).duck))
+		}
+		summary = append(summary, "added "+c.Name+" "+c.Type.Name)
 		if c.Fill.Set() {
 			// The rows silver has are older than the column: PostgreSQL
 			// gave them its default.
-			dml = append(dml, fmt.Sprintf("UPDATE %s AS s SET %s = %s WHERE %s", silver, ident(c.Name), fillValue(c), positionBefore("s", c.Fill.Before)))
+			p.dml = append(p.dml, fmt.Sprintf("UPDATE %s AS s SET %s = %s WHERE %s", silver, ident(c.Name), fillValue(c), positionBefore("s", c.Fill.Before)))
 		}
 	}
-	return ddl, dml, nil
+	p.summary = strings.Join(summary, "; ")
+	return p, nil
 }
 
-// rebuildTable copies silver into a table with next's types for prev's
-// columns, in the same column order: DuckDB cannot change the type of a
-// key column in place.
-func rebuildTable(prev, next *change.Table) []string {
+func retired(t *change.Table, name string) int {
+	for i, c := range t.Retired {
+		if c.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// rebuildTable copies silver into a table with next's types, in the same
+// column order (retired columns included): DuckDB cannot change the type
+// of a key column in place.
+func rebuildTable(next *change.Table, added []change.Column) []string {
 	silver := "silver." + ident(next.Name)
 	tmpName := next.Name + "__lakeflow_rebuild"
 	var casts, keys []string
-	for _, old := range prev.Columns {
-		c := next.Columns[next.Column(old.Name)]
+	for _, c := range next.Columns {
+		if slices.ContainsFunc(added, func(a change.Column) bool { return a.Name == c.Name }) {
+			continue // added after the rebuild
+		}
 		casts = append(casts, fmt.Sprintf("CAST(%s AS %s) AS %s", ident(c.Name), duckType(c.Type).duck, ident(c.Name)))
 		if c.Key {
 			keys = append(keys, ident(c.Name))
@@ -204,6 +291,9 @@ func rebuildTable(prev, next *change.Table) []string {
 		fmt.Sprintf("CREATE TABLE silver.%s AS SELECT * REPLACE (%s) FROM %s", ident(tmpName), strings.Join(casts, ", "), silver),
 		"DROP TABLE " + silver,
 		fmt.Sprintf("ALTER TABLE silver.%s RENAME TO %s", ident(tmpName), ident(next.Name)),
+	}
+	for _, m := range change.MetaColumns {
+		stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET NOT NULL", silver, m))
 	}
 	if !keyHasInterval(next) {
 		stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s ADD PRIMARY KEY (%s)", silver, strings.Join(keys, ", ")))

@@ -110,6 +110,14 @@ func applySQL(t *change.Table, id int, keyOnly bool) []string {
 			on = append(on, "t."+n+" = s.img."+n)
 		}
 	}
+	for _, c := range t.Retired {
+		// The source dropped it: changes from then on leave it NULL.
+		n := ident(c.Name)
+		names = append(names, n)
+		values = append(values, "NULL")
+		sets = append(sets, n+" = NULL")
+		final = append(final, "NULL AS "+n)
+	}
 	meta := []string{"_cdc_seq", "_cdc_ord", "_commit_ts"}
 	names = append(names, append(meta, "_deleted")...)
 	values = append(values, "s._cdc_seq", "s._cdc_ord", "s._commit_ts", "s.del")

@@ -107,6 +107,15 @@ CREATE TABLE IF NOT EXISTS lakeflow.batches (
 	events       BIGINT NOT NULL,
 	committed_at TIMESTAMPTZ NOT NULL
 );
+CREATE TABLE IF NOT EXISTS lakeflow.schema_history (
+	source_table VARCHAR NOT NULL,
+	since_seq    UBIGINT NOT NULL,
+	since_ord    UINTEGER NOT NULL,
+	schema       JSON NOT NULL,
+	change       VARCHAR NOT NULL,
+	recorded_at  TIMESTAMPTZ NOT NULL,
+	PRIMARY KEY (source_table, since_seq, since_ord)
+);
 CREATE TABLE IF NOT EXISTS lakeflow.source_state (
 	id         INTEGER PRIMARY KEY,
 	state      JSON NOT NULL,

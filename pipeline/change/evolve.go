@@ -52,18 +52,110 @@ func (t *Table) Equal(u *Table) bool {
 	return true
 }
 
-// Evolution is a schema change that keeps every value: columns added at
-// the end, and types widened.
-type Evolution struct {
-	Added   []Column
-	Widened []Widened
+// Diff is every difference between a table's schema and its successor.
+type Diff struct {
+	Added    []Column
+	Widened  []Retyped // every value fits the new type, and keeps its meaning
+	Narrowed []Retyped // PostgreSQL checked that every value fits
+	Retyped  []Retyped // any other type change
+	Dropped  []Column
+	Renamed  []Renamed
+	// Key is set when the primary key changed.
+	Key *BreakingChange
 }
 
-// Widened is a column whose type widened (smallint to integer, varchar(10)
-// to text, numeric(10,2) to numeric(12,2), …); From is the old type.
-type Widened struct {
+// Retyped is a column whose type changed; From is the old type.
+type Retyped struct {
 	Column Column
 	From   Type
+}
+
+// Renamed is a column that changed its name.
+type Renamed struct {
+	From, To string
+}
+
+// Diff compares t with its successor next. renames (new name → old name)
+// says which columns were renamed; without it a column that is gone is
+// dropped and one that is new is added.
+func (t *Table) Diff(next *Table, renames map[string]string) Diff {
+	var d Diff
+	matched := map[string]bool{}
+	for _, nc := range next.Columns {
+		old := nc.Name
+		if from, ok := renames[nc.Name]; ok {
+			old = from
+		}
+		i := t.Column(old)
+		if i < 0 {
+			d.Added = append(d.Added, nc)
+			continue
+		}
+		matched[old] = true
+		if old != nc.Name {
+			d.Renamed = append(d.Renamed, Renamed{From: old, To: nc.Name})
+		}
+		oc := t.Columns[i]
+		switch widening(oc.Type, nc.Type) {
+		case typeWider:
+			d.Widened = append(d.Widened, Retyped{Column: nc, From: oc.Type})
+		case typeNarrower:
+			d.Narrowed = append(d.Narrowed, Retyped{Column: nc, From: oc.Type})
+		case typeOther:
+			d.Retyped = append(d.Retyped, Retyped{Column: nc, From: oc.Type})
+		}
+	}
+	for _, oc := range t.Columns {
+		if !matched[oc.Name] {
+			d.Dropped = append(d.Dropped, oc)
+		}
+	}
+	var oldKeys []string
+	for _, i := range t.KeyColumns() {
+		name := t.Columns[i].Name
+		for n, o := range renames {
+			if o == name {
+				name = n
+			}
+		}
+		oldKeys = append(oldKeys, name)
+	}
+	if keys := next.keyNames(); strings.Join(oldKeys, ", ") != keys {
+		d.Key = &BreakingChange{Table: t.ID(), What: "key", Old: t.keyNames(), New: keys}
+	}
+	return d
+}
+
+// Breaking lists the changes of d from old to next that do not keep every
+// value as it is (all but new columns and widened types). A dropped column
+// whose place a new one of its type took reads as a rename, which is how
+// a Relation message shows PostgreSQL's RENAME COLUMN.
+func (d Diff) Breaking(old, next *Table) []BreakingChange {
+	var out []BreakingChange
+	brk := func(what, col, from, to string) {
+		out = append(out, BreakingChange{Table: old.ID(), Column: col, What: what, Old: from, New: to})
+	}
+	if d.Key != nil {
+		out = append(out, *d.Key)
+	}
+	for _, r := range d.Renamed {
+		brk("renamed", r.From, r.From, r.To)
+	}
+	for _, dc := range d.Dropped {
+		i := old.Column(dc.Name)
+		if i < len(next.Columns) && old.Column(next.Columns[i].Name) < 0 && next.Columns[i].Type == dc.Type {
+			brk("renamed", dc.Name, dc.Name, next.Columns[i].Name)
+			continue
+		}
+		brk("dropped", dc.Name, dc.Type.Name, "")
+	}
+	for _, r := range d.Narrowed {
+		brk("narrowed", r.Column.Name, r.From.Name, r.Column.Type.Name)
+	}
+	for _, r := range d.Retyped {
+		brk("retyped", r.Column.Name, r.From.Name, r.Column.Type.Name)
+	}
+	return out
 }
 
 // BreakingChange is a schema change that would lose or rewrite values:
@@ -72,7 +164,7 @@ type BreakingChange struct {
 	Table  string
 	Column string
 	// What happened: "dropped", "renamed", "retyped", "narrowed",
-	// "key" or "reordered".
+	// "widened" (refused by a contract's compatibility mode) or "key".
 	What string
 	// Old and New are the column's old and new type, or for a rename its
 	// old and new name.
@@ -89,48 +181,10 @@ func (e *BreakingChange) Error() string {
 		return fmt.Sprintf("table %s: column %s changed type from %s to %s", e.Table, e.Column, e.Old, e.New)
 	case "narrowed":
 		return fmt.Sprintf("table %s: column %s narrowed from %s to %s", e.Table, e.Column, e.Old, e.New)
-	case "key":
-		return fmt.Sprintf("table %s: the primary key changed from (%s) to (%s)", e.Table, e.Old, e.New)
+	case "widened":
+		return fmt.Sprintf("table %s: column %s widened from %s to %s", e.Table, e.Column, e.Old, e.New)
 	}
-	return fmt.Sprintf("table %s: columns were reordered at %s", e.Table, e.Column)
-}
-
-// CheckEvolution accepts next as the successor of t when every value
-// keeps its meaning: new columns at the end, and widened types. Anything
-// else is a *BreakingChange.
-func (t *Table) CheckEvolution(next *Table) (Evolution, error) {
-	var ev Evolution
-	brk := func(what, col, old, new string) error {
-		return &BreakingChange{Table: t.ID(), Column: col, What: what, Old: old, New: new}
-	}
-	if keys, nextKeys := t.keyNames(), next.keyNames(); keys != nextKeys {
-		return ev, brk("key", "", keys, nextKeys)
-	}
-	for i, old := range t.Columns {
-		j := next.Column(old.Name)
-		if j < 0 {
-			// A rename keeps the column's place; a drop shifts the rest.
-			if i < len(next.Columns) && t.Column(next.Columns[i].Name) < 0 && next.Columns[i].Type == old.Type {
-				return ev, brk("renamed", old.Name, old.Name, next.Columns[i].Name)
-			}
-			return ev, brk("dropped", old.Name, "", "")
-		}
-		if j != i {
-			return ev, brk("reordered", next.Columns[i].Name, "", "")
-		}
-		nc := next.Columns[j]
-		switch widening(old.Type, nc.Type) {
-		case typeSame:
-		case typeWider:
-			ev.Widened = append(ev.Widened, Widened{Column: nc, From: old.Type})
-		case typeNarrower:
-			return ev, brk("narrowed", old.Name, old.Type.Name, nc.Type.Name)
-		default:
-			return ev, brk("retyped", old.Name, old.Type.Name, nc.Type.Name)
-		}
-	}
-	ev.Added = append(ev.Added, next.Columns[len(t.Columns):]...)
-	return ev, nil
+	return fmt.Sprintf("table %s: the primary key changed from (%s) to (%s)", e.Table, e.Old, e.New)
 }
 
 func (t *Table) keyNames() string {

@@ -59,6 +59,8 @@ type Column struct {
 	// PostgreSQL gives the rows that existed then that value without
 	// rewriting them, so no change event carries it.
 	Fill Fill `json:"fill,omitzero"`
+	// Dropped is where the source dropped a retired column.
+	Dropped Position `json:"dropped,omitzero"`
 }
 
 // Fill is the value rows that predate a column have in it. Events before
@@ -87,7 +89,15 @@ type Table struct {
 	// Since is the position this schema took effect at: events from there
 	// on have its columns.
 	Since Position `json:"since"`
-	keys  []int
+	// Accepted says the change from the previous schema was not only
+	// columns added and types widened, and the table's contract accepted
+	// it; Renames (new name → old name) are the renames it accepted.
+	Accepted bool              `json:"accepted,omitempty"`
+	Renames  map[string]string `json:"renames,omitempty"`
+	// Retired are columns the source dropped that silver keeps (NULL for
+	// changes from their Dropped position on).
+	Retired []Column `json:"retired,omitempty"`
+	keys    []int
 }
 
 // ID is the table's qualified name, as source.tables spells it

@@ -4,18 +4,18 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"math"
 	"strconv"
 )
 
 // Debezium's encodings of PostgreSQL's infinities (from its source: the
 // date values are as Debezium writes them, +infinity being the smaller).
 const (
-	DateInfinity           = -2147472692
-	DateNegInfinity        = -2147472691
-	TimestampInfinity      = 9223372036825200000
-	TimestampNegInfinity   = -9223372036832400000
-	microsPerDay           = 86400 * 1000000
-	maxTimestampYearMicros = 294246 // DuckDB's and int64 microseconds' limit
+	DateInfinity         = -2147472692
+	DateNegInfinity      = -2147472691
+	TimestampInfinity    = 9223372036825200000
+	TimestampNegInfinity = -9223372036832400000
+	microsPerDay         = 86400 * 1000000
 )
 
 var errSyntax = errors.New("unexpected text for this type")
@@ -285,8 +285,10 @@ func parseTimestamp(s []byte, withZone bool) (int64, error) {
 	if !ok {
 		return 0, errSyntax
 	}
-	if days > maxTimestampYearMicros*366 || days < -maxTimestampYearMicros*366 {
-		return 0, errors.New("outside the range of microsecond timestamps (years beyond 294246)")
+	// Two days inside int64 microseconds (DuckDB's range too, ±294247
+	// years), so the sum below cannot overflow.
+	if days > math.MaxInt64/microsPerDay-2 || days < math.MinInt64/microsPerDay+2 {
+		return 0, errors.New("outside the range of microsecond timestamps (about 294247 years from 1970)")
 	}
 	return days*microsPerDay + us - offset, nil
 }

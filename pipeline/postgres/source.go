@@ -241,15 +241,23 @@ func (s *Source) publishSchema(ctx context.Context, sink Sink, schemas map[strin
 	}
 	if prev != nil {
 		stop := func(err error) error {
-			return fmt.Errorf("%w: %v; ingestion stopped at %s before writing any change of that transaction, and the slot stays there: revert the change in the source, or rebuild this table's history under a new source.slot",
+			return fmt.Errorf("%w: %v; ingestion stopped at %s before writing any change of that transaction, and the slot stays there, so nothing is lost: after the contract change, lakeflow run goes on from there",
 				fault.ErrSchemaBreak, err, at)
 		}
-		ev, err := prev.CheckEvolution(t)
+		d, accepted, err := contracts.Judge(s.cfg.Contracts.For(t.Schema, t.Name), prev, t)
 		if err != nil {
 			return stop(err)
 		}
-		var added, widened []string
-		for _, c := range ev.Added {
+		t.Accepted = accepted
+		if len(d.Renamed) > 0 {
+			t.Renames = map[string]string{}
+			for _, r := range d.Renamed {
+				t.Renames[r.To] = r.From
+				t.Columns[t.Column(r.To)].Fill = prev.Columns[prev.Column(r.From)].Fill
+			}
+		}
+		var added []string
+		for _, c := range d.Added {
 			fill, err := rel.fill(prev, c, at)
 			if err != nil {
 				return stop(err)
@@ -257,12 +265,7 @@ func (s *Source) publishSchema(ctx context.Context, sink Sink, schemas map[strin
 			t.Columns[t.Column(c.Name)].Fill = fill
 			added = append(added, c.Name+" "+c.Type.Name)
 		}
-		for _, w := range ev.Widened {
-			widened = append(widened, w.Column.Name+" "+w.From.Name+" → "+w.Column.Type.Name)
-		}
-		if len(added)+len(widened) > 0 {
-			s.log.Info("source table evolved", "table", t.ID(), "added", added, "widened", widened, "lsn", at)
-		}
+		s.log.Info("source table evolved", "table", t.ID(), "added", added, "changes", describe(d), "accepted_by_contract", accepted, "lsn", at)
 	}
 	if err := sink.Schema(ctx, t); err != nil {
 		return err
@@ -278,4 +281,19 @@ func (s *Source) configured(schema, name string) bool {
 		}
 	}
 	return false
+}
+
+// describe lists a schema change's parts for the log.
+func describe(d change.Diff) []string {
+	var out []string
+	for _, r := range append(append(d.Widened, d.Narrowed...), d.Retyped...) {
+		out = append(out, r.Column.Name+" "+r.From.Name+" → "+r.Column.Type.Name)
+	}
+	for _, r := range d.Renamed {
+		out = append(out, "renamed "+r.From+" → "+r.To)
+	}
+	for _, c := range d.Dropped {
+		out = append(out, "dropped "+c.Name)
+	}
+	return out
 }

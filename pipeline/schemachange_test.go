@@ -1,0 +1,80 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
+)
+
+// TestSchemaChangesUnderTheContract: a dropped, a renamed and a retyped
+// column, each while changes flow, stop ingestion with exit code 4 and
+// the contract change that accepts it; after that change lakeflow goes on
+// with nothing lost. A retype silver cannot follow is refused, clearly.
+func TestSchemaChangesUnderTheContract(t *testing.T) {
+	h := newHarness(t, "public.t")
+	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, a text, b int, c varchar(10), d text)`, `ALTER TABLE t REPLICA IDENTITY FULL`,
+		`INSERT INTO t SELECT g, 'a' || g, g, (g * 10)::text, 'd' || g FROM generate_series(1, 20) g`)
+	contract := func(columns string) {
+		t.Helper()
+		body := "table = \"public.t\"\nkey = [\"id\"]\n[[rules]]\nname = \"b_small\"\ncheck = \"id < 1000\"\n" + columns
+		if err := os.MkdirAll(h.cfg.Contracts.Dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(h.cfg.Contracts.Dir, "t.toml"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	col := func(name, typ string, extra ...string) string {
+		return "[[columns]]\nname = \"" + name + "\"\ntype = \"" + typ + "\"\n" + strings.Join(extra, "\n") + "\n"
+	}
+	contract(col("id", "integer") + col("a", "text") + col("b", "integer") + col("c", "character varying(10)") + col("d", "text"))
+	h.run(t, Options{})
+	stops := func(step []string, wants ...string) {
+		t.Helper()
+		err := Run(context.Background(), h.cfg, Options{Workload: func(ctx context.Context, dsn string) error {
+			return applySteps(ctx, dsn, [][]string{step, {`UPDATE t SET id = id WHERE id = 1`}})
+		}}, h.log)
+		if !errors.Is(err, fault.ErrSchemaBreak) {
+			t.Fatalf("want a breaking schema change, got %v", err)
+		}
+		for _, w := range wants {
+			if !strings.Contains(err.Error(), w) {
+				t.Fatalf("the error does not say %q: %v", w, err)
+			}
+		}
+	}
+	// Dropped: stop, then the contract no longer lists it.
+	stops([]string{`ALTER TABLE t DROP COLUMN a`, `INSERT INTO t (id, b, c, d) VALUES (21, 21, '210', 'd21')`},
+		"table public.t: column a was dropped", `remove the [[columns]] entry "a"`)
+	contract(col("id", "integer") + col("b", "integer") + col("c", "character varying(10)") + col("d", "text"))
+	h.run(t, Options{})
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
+	// Renamed.
+	stops([]string{`ALTER TABLE t RENAME COLUMN b TO bb`, `UPDATE t SET bb = bb + 100 WHERE id <= 5`},
+		"column b was renamed to bb", `name = "bb" with renamed_from = "b"`)
+	contract(col("id", "integer") + col("bb", "integer", `renamed_from = "b"`) + col("c", "character varying(10)") + col("d", "text"))
+	h.run(t, Options{})
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
+	// Retyped, every stored value converts.
+	stops([]string{`ALTER TABLE t ALTER COLUMN c TYPE integer USING c::integer`, `INSERT INTO t (id, bb, c, d) VALUES (22, 22, 220, 'd22')`},
+		"column c changed type from character varying(10) to integer", `set type = "integer" for column "c"`)
+	contract(col("id", "integer") + col("bb", "integer", `renamed_from = "b"`) + col("c", "integer") + col("d", "text"))
+	h.run(t, Options{})
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
+	// Retyped where silver's values do not convert: accepted by the
+	// contract, refused by silver, naming a value.
+	stops([]string{`ALTER TABLE t ALTER COLUMN d TYPE integer USING length(d)`, `INSERT INTO t (id, bb, c, d) VALUES (23, 23, 230, 23)`},
+		"column d changed type from text to integer")
+	contract(col("id", "integer") + col("bb", "integer", `renamed_from = "b"`) + col("c", "integer") + col("d", "integer"))
+	err := Run(context.Background(), h.cfg, Options{}, h.log)
+	if !errors.Is(err, fault.ErrSchemaBreak) || !strings.Contains(err.Error(), `column d of silver."t" cannot become INTEGER in silver`) {
+		t.Fatalf("want silver to refuse the retype, got %v", err)
+	}
+	assertLakeExactlyOnce(t, h.cfg, "public.t")
+}
