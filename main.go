@@ -35,7 +35,7 @@ func main() {
 		Name:           "lakeflow",
 		Usage:          "PostgreSQL WAL → Kafka → Parquet lake + DuckDB warehouse, in one process",
 		Flags:          commonFlags(),
-		Commands:       []*cli.Command{runCommand()},
+		Commands:       []*cli.Command{runCommand(), contractsCommand()},
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError:   usageError,
 		CommandNotFound: func(_ *cli.Context, name string) {
@@ -120,6 +120,35 @@ func runCommand() *cli.Command {
 			}
 			return nil
 		},
+	}
+}
+
+func contractsCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "contracts",
+		Usage: "data contracts (contracts.dir)",
+		Subcommands: []*cli.Command{{
+			Name:  "init",
+			Usage: "write a contract, from the live source schema, for each captured table that has none",
+			Flags: append(commonFlags(),
+				&cli.StringFlag{Name: "table", Usage: "only this table (schema.table, as in source.tables)"},
+			),
+			OnUsageError: usageError,
+			Action: func(c *cli.Context) error {
+				cfg, log, err := setup(c)
+				if err != nil {
+					return err
+				}
+				written, err := pipeline.InitContracts(c.Context, cfg, c.String("table"), log)
+				for _, f := range written {
+					fmt.Fprintln(os.Stdout, "wrote", f)
+				}
+				if err == nil && len(written) == 0 {
+					fmt.Fprintln(os.Stdout, "every captured table has a contract in", cfg.Contracts.Dir)
+				}
+				return err
+			},
+		}},
 	}
 }
 

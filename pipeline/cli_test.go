@@ -88,6 +88,14 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The user's next step on their own database: contracts from the source.
+	out, err = exec.Command(bin, "--config", file, "contracts", "init").CombinedOutput()
+	if err != nil || strings.Count(string(out), "wrote ") != 5 {
+		t.Fatalf("lakeflow contracts init: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Contracts.Dir, "orders.toml")); err != nil {
+		t.Fatal(err)
+	}
 	// The run stopped its PostgreSQL; start it again to compare.
 	cl, err := postgres.StartCluster(context.Background(), postgres.ClusterConfig{Dir: cfg.Source.Embedded.Dir, Port: pgPort}, quietLog())
 	if err != nil {

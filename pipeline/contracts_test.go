@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lakeflow/lakeflow/contracts"
 	"github.com/lakeflow/lakeflow/pipeline/demo"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )
@@ -133,4 +134,35 @@ func quarantined(t *testing.T, h *harness) []string {
 		out = append(out, s)
 	}
 	return out
+}
+
+// TestContractsInitWritesValidContracts: contracts init writes, from the
+// live source, a contract each captured table without one can be run with
+// (enums, domains, arrays and every type family included), and leaves the
+// existing ones alone.
+func TestContractsInitWritesValidContracts(t *testing.T) {
+	h := newHarness(t, "public.typed", "public.scratch", "public.gen")
+	pgtest.Exec(t, h.dsn, typedDDL, typedRow("1", 0),
+		`CREATE TABLE gen (id int PRIMARY KEY, price int NOT NULL, total int GENERATED ALWAYS AS (price * 2) STORED)`, `ALTER TABLE gen REPLICA IDENTITY FULL`)
+	ctx := context.Background()
+	written, err := InitContracts(ctx, h.cfg, "public.scratch", h.log)
+	if err != nil || len(written) != 1 {
+		t.Fatalf("init --table public.scratch: %v %v", written, err)
+	}
+	if written, err = InitContracts(ctx, h.cfg, "", h.log); err != nil || len(written) != 2 {
+		t.Fatalf("init: %v %v", written, err)
+	}
+	set, err := contracts.Load(h.cfg.Contracts.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	typed := set.For("public", "typed")
+	if typed == nil || typed.Column("e").Base != "text" || typed.Column("dom").Base != "integer" || typed.Column("id").Nullable || !slices.Equal(typed.Key, []string{"id"}) {
+		t.Fatalf("typed contract: %+v", typed)
+	}
+	if set.For("public", "gen").Column("total") != nil {
+		t.Fatal("a stored generated column is in the contract, but lakeflow does not capture it")
+	}
+	h.run(t, Options{})
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.typed", "public.gen")
 }

@@ -50,7 +50,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	}
 	defer unlock()
 
-	env, err := startEnvironment(ctx, cfg, log)
+	env, err := startEnvironment(ctx, cfg, true, log)
 	defer env.stop(log)
 	if err != nil {
 		return err
@@ -157,7 +157,9 @@ type environment struct {
 	brokers  []string
 }
 
-func startEnvironment(ctx context.Context, cfg *config.Config, log *slog.Logger) (*environment, error) {
+// startEnvironment starts the embedded PostgreSQL and, with withKafka, the
+// embedded broker, as the configuration asks.
+func startEnvironment(ctx context.Context, cfg *config.Config, withKafka bool, log *slog.Logger) (*environment, error) {
 	env := &environment{dsn: cfg.Source.DSN, brokers: cfg.Kafka.Brokers}
 	if env.dsn == "" {
 		e := cfg.Source.Embedded
@@ -176,7 +178,7 @@ func startEnvironment(ctx context.Context, cfg *config.Config, log *slog.Logger)
 		return env, err
 	}
 	env.database = db
-	if cfg.Kafka.Embedded() {
+	if withKafka && cfg.Kafka.Embedded() {
 		b, err := kafka.StartBroker(cfg.Kafka.Dir, cfg.Kafka.Listen, log)
 		if err != nil {
 			return env, err

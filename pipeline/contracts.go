@@ -1,0 +1,79 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/lakeflow/lakeflow/contracts"
+	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/pipeline/postgres"
+)
+
+// InitContracts writes a contract, from the live source, for each
+// captured table that has none (only table, if it is not empty), and
+// returns the files it wrote.
+func InitContracts(ctx context.Context, cfg *config.Config, table string, log *slog.Logger) ([]string, error) {
+	set, err := contracts.Load(cfg.Contracts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	var todo []config.Table
+	for _, t := range cfg.Source.Tables {
+		if table != "" && t.String() != table {
+			continue
+		}
+		if c := set[t.String()]; c != nil {
+			log.Info("table already has a contract", "table", t.String(), "file", c.File)
+			continue
+		}
+		todo = append(todo, t)
+	}
+	if table != "" && len(todo) == 0 && set[table] == nil {
+		return nil, fmt.Errorf("%w: --table %s is not in source.tables", fault.ErrConfig, table)
+	}
+	if len(todo) == 0 {
+		return nil, nil
+	}
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	env, err := startEnvironment(ctx, cfg, false, log)
+	defer env.stop(log)
+	if err != nil {
+		return nil, err
+	}
+	drafts, err := postgres.Describe(ctx, env.dsn, todo)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.Contracts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("%w: create contracts.dir %s: %v", fault.ErrEnvironment, cfg.Contracts.Dir, err)
+	}
+	var written []string
+	for _, d := range drafts {
+		path := filepath.Join(cfg.Contracts.Dir, contracts.FileName(d.Table))
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if errors.Is(err, os.ErrExist) {
+			return written, fmt.Errorf("%w: %s exists but is not the contract of %s (its table key says otherwise); move it away", fault.ErrConfig, path, d.Table)
+		}
+		if err != nil {
+			return written, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
+		}
+		_, err = f.Write(contracts.Render(d))
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return written, fmt.Errorf("%w: write %s: %v", fault.ErrEnvironment, path, err)
+		}
+		written = append(written, path)
+	}
+	return written, nil
+}
