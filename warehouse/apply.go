@@ -201,6 +201,14 @@ func (w *Warehouse) decode(ctx context.Context, t *table) (keyOnly bool, err err
 			return false, err
 		}
 	}
+	if w.known[t] {
+		// So are those a batch that was not consistent applied before the
+		// log was lost.
+		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %s r USING lakeflow_known k
+			WHERE k.tbl = %d AND k.seq = r._cdc_seq AND k.ord = r._cdc_ord`, rows, t.id)); err != nil {
+			return false, err
+		}
+	}
 	return ko > 0, nil
 }
 
@@ -223,10 +231,8 @@ func (w *Warehouse) recordBatch(ctx context.Context, b Batch) error {
 // of a topic without a schema gets table -1, one that is not UTF-8 text
 // keeps its bytes in raw; both become dead letters.
 func (w *Warehouse) stage(ctx context.Context, recs []Record) error {
-	for _, stmt := range []string{"DELETE FROM lakeflow_stage", "DELETE FROM lakeflow_dead"} {
-		if _, err := w.conn.ExecContext(ctx, stmt); err != nil {
-			return err
-		}
+	if err := w.resetScratch(ctx, "lakeflow_stage", "lakeflow_dead"); err != nil {
+		return err
 	}
 	if len(recs) == 0 {
 		return nil

@@ -17,9 +17,6 @@ import (
 func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string) ([]lake.File, error) {
 	src := rowsTable(t.id)
 	newer := "kafka_offset > " + w.lakeHighExpr(t.topic)
-	if w.known[t] {
-		newer += fmt.Sprintf(" AND NOT EXISTS (SELECT 1 FROM lakeflow_known k WHERE k.tbl = %d AND k.seq = %s._cdc_seq AND k.ord = %s._cdc_ord)", t.id, src, src)
-	}
 	rows, err := w.conn.QueryContext(ctx, fmt.Sprintf(`SELECT strftime(day, '%%Y-%%m-%%d'), kafka_partition, min(kafka_offset), max(kafka_offset),
 		count(*), min(_cdc_seq), max(_cdc_seq) FROM %s WHERE %s GROUP BY ALL ORDER BY ALL`, src, newer))
 	if err != nil {

@@ -2,8 +2,6 @@ package warehouse
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -23,20 +21,13 @@ CREATE TABLE IF NOT EXISTS lakeflow.quarantine (
 	_cdc_seq       UBIGINT NOT NULL,
 	_cdc_ord       UINTEGER NOT NULL,
 	_commit_ts     TIMESTAMPTZ NOT NULL,
-	quarantined_at TIMESTAMPTZ NOT NULL,
-	PRIMARY KEY (source_table, _cdc_seq, _cdc_ord)
+	quarantined_at TIMESTAMPTZ NOT NULL
 );`
 
-// rule is a contract rule compiled for one table.
+// rule is a contract rule of a table.
 type rule struct {
 	contracts.Rule
-	// target is the referenced table of an existence rule.
-	target *table
 }
-
-// verdictTable is the temp table that holds, per event of the batch,
-// the rules it failed, by action.
-func verdictTable(id int) string { return fmt.Sprintf("lakeflow_verdict_%d", id) }
 
 // SetContracts gives the warehouse the tables' contracts: their rules run
 // on every batch from now on.
@@ -62,10 +53,12 @@ func (w *Warehouse) rulesFor(t *change.Table) []rule {
 
 // applyRules judges every change of the batch (inserts, updates and
 // snapshot rows; deletes always apply) by its table's contract, set-wise:
-// one query per table for the row rules, one per existence rule. A change
-// that fails a rule is recorded in lakeflow.quarantine once, with every
-// rule it failed; one that failed a quarantine rule is held back from
-// silver; one that failed a fail rule stops the batch.
+// one query per table for its row rules and one per existence rule add
+// the failures, with the failing row, to lakeflow_failures; then, for all
+// tables at once, a change that failed a rule is recorded in
+// lakeflow.quarantine once with every rule it failed; one that failed a
+// quarantine rule is held back from silver (applySQL). A fail rule stops
+// the batch.
 func (w *Warehouse) applyRules(ctx context.Context, order []*table) (quarantined, warned int, err error) {
 	touched := map[*table]bool{}
 	var judged []*table
@@ -75,9 +68,27 @@ func (w *Warehouse) applyRules(ctx context.Context, order []*table) (quarantined
 			judged = append(judged, t)
 		}
 	}
+	if len(judged) == 0 {
+		return 0, 0, nil
+	}
+	if err := w.resetScratch(ctx, "lakeflow_failures"); err != nil {
+		return 0, 0, err
+	}
+	failures := int64(0)
+	add := func(sql string) error {
+		res, err := w.conn.ExecContext(ctx, sql)
+		if err != nil {
+			return err
+		}
+		n, _ := res.RowsAffected()
+		failures += n
+		return nil
+	}
 	for _, t := range judged {
-		if _, err := w.conn.ExecContext(ctx, verdictSQL(t)); err != nil {
-			return 0, 0, fmt.Errorf("check the rules of %s: %w", t.schema.ID(), err)
+		if sql := rowRulesSQL(t); sql != "" {
+			if err := add(sql); err != nil {
+				return 0, 0, fmt.Errorf("check the rules of %s: %w", t.schema.ID(), err)
+			}
 		}
 	}
 	for _, t := range judged {
@@ -89,93 +100,155 @@ func (w *Warehouse) applyRules(ctx context.Context, order []*table) (quarantined
 			if u == nil {
 				return 0, 0, fmt.Errorf("%s: rule %s references %s, which is not captured", t.schema.ID(), r.Name, r.References.Table)
 			}
-			if _, err := w.conn.ExecContext(ctx, referenceSQL(t, u, r.Rule, touched[u], len(u.rules) > 0)); err != nil {
+			if err := add(referenceSQL(t, u, r.Rule, touched[u])); err != nil {
 				return 0, 0, fmt.Errorf("check rule %s: %w", r.Name, err)
 			}
 		}
 	}
-	for _, t := range judged {
-		q, wn, err := w.quarantine(ctx, t)
-		if err != nil {
+	if failures == 0 {
+		return 0, 0, nil
+	}
+	return w.quarantine(ctx, judged)
+}
+
+// quarantine records the batch's failures, stops on a fail rule, and
+// holds back the changes that failed a quarantine rule.
+func (w *Warehouse) quarantine(ctx context.Context, judged []*table) (quarantined, warned int, err error) {
+	type tally struct{ held, warned, failed int }
+	counts := map[int]tally{}
+	rows, err := w.conn.QueryContext(ctx, `SELECT tbl, count(*) FILTER (held), count(*) FILTER (NOT held), count(*) FILTER (failed)
+		FROM (SELECT tbl, bool_or(action = 'quarantine') AS held, bool_or(action = 'fail') AS failed FROM lakeflow_failures GROUP BY tbl, kafka_partition, kafka_offset)
+		GROUP BY tbl`)
+	if err != nil {
+		return 0, 0, err
+	}
+	for rows.Next() {
+		var tbl int
+		var c tally
+		if err := rows.Scan(&tbl, &c.held, &c.warned, &c.failed); err != nil {
+			rows.Close()
 			return 0, 0, err
 		}
-		quarantined += q
-		warned += wn
+		counts[tbl] = c
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, 0, err
+	}
+	if err := w.stopOnFail(ctx, judged, func(t *table) bool { return counts[t.id].failed > 0 }); err != nil {
+		return 0, 0, err
+	}
+	for _, t := range judged {
+		c := counts[t.id]
+		if c.held+c.warned == 0 {
+			continue
+		}
+		// A batch is judged once: a replay after a crash follows a
+		// rollback, and events applied before the Kafka log was lost are
+		// dropped before they are judged again (decode).
+		_, err := w.conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO lakeflow.quarantine
+			SELECT %s, %s, r.op, f.rules, CASE WHEN f.held THEN 'quarantine' ELSE 'warn' END, to_json(r.after), r._cdc_seq, r._cdc_ord, r._commit_ts, now()
+			FROM %s f JOIN %s r ON r.kafka_partition = f.kafka_partition AND r.kafka_offset = f.kafka_offset`,
+			literal(t.schema.ID()), keyJSON(t, "r"), failingChanges(t.id), rowsTable(t.id)))
+		if err != nil {
+			return 0, 0, fmt.Errorf("record the quarantine of %s: %w", t.schema.ID(), err)
+		}
+		quarantined += c.held
+		warned += c.warned
 	}
 	return quarantined, warned, nil
 }
 
-// quarantine records the changes of t that failed rules, stops on a fail
-// rule, and holds back those that failed a quarantine rule.
-func (w *Warehouse) quarantine(ctx context.Context, t *table) (quarantined, warned int, err error) {
-	rows, verdict := rowsTable(t.id), verdictTable(t.id)
+// stopOnFail returns the error that stops ingestion at the first change
+// of the batch, by position, that failed a fail rule, if any.
+func (w *Warehouse) stopOnFail(ctx context.Context, judged []*table, failed func(*table) bool) error {
+	var first *change.Position
+	var at, key, rules string
+	for _, t := range judged {
+		if !failed(t) {
+			continue
+		}
+		var k, r string
+		var seq uint64
+		var ord uint32
+		err := w.conn.QueryRowContext(ctx, fmt.Sprintf(`SELECT %s::VARCHAR, r._cdc_seq, r._cdc_ord, array_to_string(f.fail, ', ')
+			FROM %s f JOIN %s r ON r.kafka_partition = f.kafka_partition AND r.kafka_offset = f.kafka_offset
+			WHERE f.fail IS NOT NULL ORDER BY r._cdc_seq, r._cdc_ord LIMIT 1`, keyJSON(t, "r"), failingChanges(t.id), rowsTable(t.id))).Scan(&k, &seq, &ord, &r)
+		if err != nil {
+			return err
+		}
+		if pos := (change.Position{Seq: change.LSN(seq), Ord: ord}); first == nil || pos.Less(*first) {
+			first, at, key, rules = &pos, t.schema.ID(), k, r
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	file := ""
+	if c := w.contracts[at]; c != nil {
+		file = c.File
+	}
+	return fmt.Errorf("%w: %s row %s at %s failed %s, whose action is fail: ingestion stopped before applying it; correct the row in the source, or change the rule's action in %s",
+		fault.ErrCheckFailed, at, key, *first, rules, file)
+}
+
+// withoutHeldBack is a join that leaves out the changes of table tbl,
+// aliased r, that failed a quarantine rule: they stay out of silver.
+// (Deleting them from the rows table instead costs more at commit.)
+func withoutHeldBack(tbl int, r string) string {
+	return fmt.Sprintf(` ANTI JOIN (SELECT kafka_partition, kafka_offset FROM lakeflow_failures WHERE tbl = %d AND action = 'quarantine') lakeflow_held
+		ON lakeflow_held.kafka_partition = %s.kafka_partition AND lakeflow_held.kafka_offset = %s.kafka_offset`, tbl, r, r)
+}
+
+// failingChanges is the batch's failing changes of table tbl, one row each with
+// every rule it failed.
+func failingChanges(tbl int) string {
+	return fmt.Sprintf(`(SELECT kafka_partition, kafka_offset, list(DISTINCT rule ORDER BY rule) AS rules, bool_or(action = 'quarantine') AS held,
+		list(DISTINCT rule ORDER BY rule) FILTER (action = 'fail') AS fail
+		FROM lakeflow_failures WHERE tbl = %d GROUP BY kafka_partition, kafka_offset)`, tbl)
+}
+
+// keyJSON is the key of alias r's row image, as JSON.
+func keyJSON(t *table, r string) string {
 	var key []string
 	for _, i := range t.schema.KeyColumns() {
-		n := ident(t.schema.Columns[i].Name)
-		key = append(key, n+" := r.after."+n)
+		n := t.schema.Columns[i].Name
+		key = append(key, literal(n)+", "+r+".after."+ident(n))
 	}
-	var failTable, failKey, failRules string
-	var failSeq uint64
-	var failOrd uint32
-	err = w.conn.QueryRowContext(ctx, fmt.Sprintf(`SELECT %s, to_json(struct_pack(%s))::VARCHAR, r._cdc_seq, r._cdc_ord, array_to_string(v.fail, ', ')
-		FROM %s r JOIN %s v USING (kafka_partition, kafka_offset) WHERE len(v.fail) > 0 ORDER BY r._cdc_seq, r._cdc_ord LIMIT 1`,
-		literal(t.schema.ID()), strings.Join(key, ", "), rows, verdict)).Scan(&failTable, &failKey, &failSeq, &failOrd, &failRules)
-	switch {
-	case err == nil:
-		return 0, 0, fmt.Errorf("%w: %s row %s at %s failed %s, whose action is fail: ingestion stopped before applying it; correct the row in the source, or change the rule's action in %s",
-			fault.ErrCheckFailed, failTable, failKey, change.Position{Seq: change.LSN(failSeq), Ord: failOrd}, failRules, w.contracts.For(t.schema.Schema, t.schema.Name).File)
-	case !errors.Is(err, sql.ErrNoRows):
-		return 0, 0, err
-	}
-	err = w.conn.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FILTER (len(quarantine) > 0), count(*) FILTER (len(quarantine) = 0 AND len(warn) > 0) FROM %s`, verdict)).
-		Scan(&quarantined, &warned)
-	if err != nil || quarantined+warned == 0 {
-		return 0, 0, err
-	}
-	_, err = w.conn.ExecContext(ctx, fmt.Sprintf(`INSERT OR IGNORE INTO lakeflow.quarantine
-		SELECT %s, to_json(struct_pack(%s)), r.op, list_concat(v.quarantine, v.warn),
-			CASE WHEN len(v.quarantine) > 0 THEN 'quarantine' ELSE 'warn' END, to_json(r.after),
-			r._cdc_seq, r._cdc_ord, r._commit_ts, now()
-		FROM %s r JOIN %s v USING (kafka_partition, kafka_offset) WHERE len(v.quarantine) + len(v.warn) > 0`,
-		literal(t.schema.ID()), strings.Join(key, ", "), rows, verdict))
-	if err != nil {
-		return 0, 0, fmt.Errorf("record the quarantine of %s: %w", t.schema.ID(), err)
-	}
-	if quarantined > 0 {
-		_, err = w.conn.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %s WHERE (kafka_partition, kafka_offset) IN
-			(SELECT (kafka_partition, kafka_offset) FROM %s WHERE len(quarantine) > 0)`, rows, verdict))
-	}
-	return quarantined, warned, err
+	// json_object costs a third of to_json(struct_pack(…)).
+	return "json_object(" + strings.Join(key, ", ") + ")"
 }
 
-// verdictSQL judges the table's changes by its row rules: per change, the
-// names of the rules it failed, by action. A rule fails when its check is
-// false; NULL passes, as in a CHECK constraint.
-func verdictSQL(t *table) string {
-	lists := map[contracts.Action][]string{}
+// rowRulesSQL adds the failures of the table's changes against its row
+// rules to lakeflow_failures. A rule fails when its check is false; NULL
+// passes, as in a CHECK constraint.
+func rowRulesSQL(t *table) string {
+	var cases, pass []string
 	for _, r := range t.rules {
 		if r.Check != "" {
-			lists[r.Action] = append(lists[r.Action], fmt.Sprintf("CASE WHEN (%s) IS FALSE THEN %s END", r.Check, literal(r.Name)))
+			cases = append(cases, fmt.Sprintf("CASE WHEN (%s) IS FALSE THEN %s END", r.Check, literal(string(r.Action)+" "+r.Name)))
+			pass = append(pass, fmt.Sprintf("(%s) IS NOT FALSE", r.Check))
 		}
 	}
-	list := func(a contracts.Action) string {
-		if len(lists[a]) == 0 {
-			return "[]::VARCHAR[]"
-		}
-		return fmt.Sprintf("list_filter([%s], x -> x IS NOT NULL)", strings.Join(lists[a], ", "))
+	if len(cases) == 0 {
+		return ""
 	}
-	return fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE %s AS
-SELECT lakeflow_partition AS kafka_partition, lakeflow_offset AS kafka_offset, %s AS quarantine, %s AS warn, %s AS fail
-FROM (SELECT unnest(after), kafka_partition AS lakeflow_partition, kafka_offset AS lakeflow_offset FROM %s WHERE op IN ('c', 'u', 'r'))`,
-		verdictTable(t.id), list(contracts.Quarantine), list(contracts.Warn), list(contracts.Fail), rowsTable(t.id))
+	// Most changes pass every rule: the list of the rules a change fails
+	// is built for the others only.
+	return fmt.Sprintf(`INSERT INTO lakeflow_failures
+SELECT %d, lakeflow_partition, lakeflow_offset, split_part(failure, ' ', 2), split_part(failure, ' ', 1)
+FROM (SELECT lakeflow_partition, lakeflow_offset, unnest(list_filter([%s], x -> x IS NOT NULL)) AS failure
+      FROM (SELECT unnest(after), kafka_partition AS lakeflow_partition, kafka_offset AS lakeflow_offset FROM %s WHERE op IN ('c', 'u', 'r'))
+      WHERE NOT (%s))`,
+		t.id, strings.Join(cases, ", "), rowsTable(t.id), strings.Join(pass, " AND "))
 }
 
-// referenceSQL adds the existence rule r of table t to t's verdicts: the
+// referenceSQL adds the failures of the existence rule r of table t: the
 // row of u its columns name exists, not deleted, as of the change's
-// position — in this batch's changes of u that passed u's quarantine
-// rules (before it), else in silver as the batch found it. A change whose
-// columns are NULL refers to nothing and passes.
-func referenceSQL(t, u *table, r contracts.Rule, uTouched, uJudged bool) string {
+// position — in this batch's changes of u that were not held back (before
+// it), else in silver as the batch found it. A change whose columns are
+// NULL refers to nothing and passes.
+func referenceSQL(t, u *table, r contracts.Rule, uTouched bool) string {
 	var evCols, refCols, on, silverOn, notNull []string
 	for i, pair := range r.References.Columns {
 		k := fmt.Sprintf("k%d", i)
@@ -190,20 +263,11 @@ func referenceSQL(t, u *table, r contracts.Rule, uTouched, uJudged bool) string 
 	alive := silver
 	from := fmt.Sprintf("(SELECT kafka_partition, kafka_offset, %s, %s AS pos FROM %s WHERE op IN ('c', 'u', 'r')) ev", strings.Join(evCols, ", "), pos, rowsTable(t.id))
 	if uTouched {
-		held := ""
-		if uJudged {
-			held = fmt.Sprintf(" AND (kafka_partition, kafka_offset) NOT IN (SELECT (kafka_partition, kafka_offset) FROM %s WHERE len(quarantine) > 0)", verdictTable(u.id))
-		}
-		from += fmt.Sprintf(` ASOF LEFT JOIN (SELECT %s, %s AS pos, op <> 'd' AS alive FROM %s WHERE op <> 't'%s) ref
-			ON %s AND ev.pos > ref.pos`, strings.Join(refCols, ", "), pos, rowsTable(u.id), held, strings.Join(on, " AND "))
+		from += fmt.Sprintf(` ASOF LEFT JOIN (SELECT %s, %s AS pos, op <> 'd' AS alive FROM %s u%s
+				WHERE op <> 't') ref
+			ON %s AND ev.pos > ref.pos`, strings.Join(refCols, ", "), pos, rowsTable(u.id), withoutHeldBack(u.id, "u"), strings.Join(on, " AND "))
 		alive = "coalesce(ref.alive, " + silver + ")"
 	}
-	field := "quarantine"
-	if r.Action != contracts.Quarantine {
-		field = string(r.Action)
-	}
-	return fmt.Sprintf(`UPDATE %[1]s AS v SET %[2]s = list_append(v.%[2]s, %[3]s)
-FROM (SELECT ev.kafka_partition, ev.kafka_offset FROM %[4]s WHERE %[5]s AND NOT %[6]s) AS bad
-WHERE v.kafka_partition = bad.kafka_partition AND v.kafka_offset = bad.kafka_offset`,
-		verdictTable(t.id), field, literal(r.Name), from, strings.Join(notNull, " AND "), alive)
+	return fmt.Sprintf(`INSERT INTO lakeflow_failures SELECT %d, ev.kafka_partition, ev.kafka_offset, %s, %s FROM %s WHERE %s AND NOT %s`,
+		t.id, literal(r.Name), literal(string(r.Action)), from, strings.Join(notNull, " AND "), alive)
 }

@@ -371,8 +371,10 @@ func (w *Warehouse) register(topic string, t *change.Table) *table {
 	if prev, ok := w.tables[t.ID()]; ok {
 		id = prev.id
 	}
-	tb := &table{id: id, topic: topic, schema: t, parse: parseSQL(id, topic, t), apply: applySQL(t, id, false), applyKeyOnly: applySQL(t, id, true),
-		rules: w.rulesFor(t)}
+	rules := w.rulesFor(t)
+	judged := len(rules) > 0
+	tb := &table{id: id, topic: topic, schema: t, parse: parseSQL(id, topic, t), apply: applySQL(t, id, false, judged),
+		applyKeyOnly: applySQL(t, id, true, judged), rules: rules}
 	w.tables[t.ID()] = tb
 	w.byTopic[topic] = tb
 	return tb

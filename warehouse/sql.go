@@ -29,14 +29,19 @@ func parseSQL(id int, topic string, t *change.Table) string {
 		"source":   map[string]string{"lsn": "VARCHAR", "txId": "VARCHAR"},
 		"_cdc_seq": "VARCHAR", "_cdc_ord": "VARCHAR", "_commit_ts": "VARCHAR", "_before_key_only": "VARCHAR",
 	})
+	// The inner query converts every value once (typed); the outer packs
+	// the images and compares typed with raw to find what did not fit.
+	var typed []string
 	image := func(side string) string {
-		x := "j." + side
 		fields := make([]string, len(t.Columns))
 		for i, c := range t.Columns {
-			fields[i] = ident(c.Name) + " := " + duckType(c.Type).conv(x+"."+ident(c.Name))
+			v := typedName(side, i)
+			typed = append(typed, duckType(c.Type).conv("j."+side+"."+ident(c.Name))+" AS "+v)
+			fields[i] = ident(c.Name) + " := " + v
 		}
-		return fmt.Sprintf("CASE WHEN %s IS NULL THEN NULL ELSE struct_pack(%s) END AS %s", x, strings.Join(fields, ", "), side)
+		return fmt.Sprintf("CASE WHEN j.%s IS NULL THEN NULL ELSE struct_pack(%s) END AS %s", side, strings.Join(fields, ", "), side)
 	}
+	before, after := image("before"), image("after")
 	return fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE %s AS
 SELECT j.op AS op, %s, %s,
 	TRY_CAST(j._cdc_seq AS UBIGINT) AS _cdc_seq, TRY_CAST(j._cdc_ord AS UINTEGER) AS _cdc_ord, TRY_CAST(j._commit_ts AS TIMESTAMPTZ) AS _commit_ts,
@@ -44,22 +49,31 @@ SELECT j.op AS op, %s, %s,
 	%s AS kafka_topic, kafka_partition, kafka_offset,
 	CAST(TRY_CAST(j._commit_ts AS TIMESTAMPTZ) AS DATE) AS day, coalesce(TRY_CAST(j._before_key_only AS BOOLEAN), false) AS key_only,
 	%s AS dlq_reason
-FROM (SELECT kafka_partition, kafka_offset, try(from_json(v, %s)) AS j FROM lakeflow_stage WHERE tbl = %d)`,
-		rowsTable(id), image("before"), image("after"), literal(topic), dlqReasonSQL(t), literal(string(structure)), id)
+FROM (SELECT kafka_partition, kafka_offset, j, %s
+      FROM (SELECT kafka_partition, kafka_offset, try(from_json(v, %s)) AS j FROM lakeflow_stage WHERE tbl = %d))`,
+		rowsTable(id), before, after, literal(topic), dlqReasonSQL(t), strings.Join(typed, ", "), literal(string(structure)), id)
 }
 
-// dlqReasonSQL says, in SQL over the parsed envelope j, why an event
-// cannot be applied, or NULL: not an envelope, a missing field, a key
-// without a value, or a value the column's silver type cannot hold
-// (numeric NaN in numeric(p,s), a timestamp beyond DuckDB's range).
+// typedName is the alias of a converted value in parseSQL.
+func typedName(side string, i int) string { return fmt.Sprintf("lakeflow_%s_%d", side, i) }
+
+// dlqReasonSQL says, in SQL over the parsed envelope j and the converted
+// values (typedName), why an event cannot be applied, or NULL: not an
+// envelope, a missing field, a key without a value, or a value the
+// column's silver type cannot hold (numeric NaN in numeric(p,s), a
+// timestamp beyond DuckDB's range).
 func dlqReasonSQL(t *change.Table) string {
 	var keyNull, unfit []string
-	for _, c := range t.Columns {
+	for i, c := range t.Columns {
 		ct := duckType(c.Type)
 		for _, side := range []string{"after", "before"} {
 			x := "j." + side + "." + ident(c.Name)
+			fits := fmt.Sprintf("(%s IS NULL OR %s IS NOT NULL)", x, typedName(side, i))
+			if c.Type.IsArray() || ct.toSilver != nil {
+				fits = ct.fits(x) // element by element, or as silver holds it
+			}
 			unfit = append(unfit, fmt.Sprintf("CASE WHEN NOT %s THEN %s || left(%s::VARCHAR, 80) || %s END",
-				ct.fits(x), literal(side+"."+c.Name+" = "), x, literal(" does not fit "+ct.duck)))
+				fits, literal(side+"."+c.Name+" = "), x, literal(" does not fit "+ct.duck)))
 		}
 		if c.Key {
 			keyNull = append(keyNull, fmt.Sprintf("WHEN j.op <> 't' AND coalesce(j.after, j.before).%s IS NULL THEN %s", ident(c.Name), literal("key column "+c.Name+" has no value")))
@@ -84,8 +98,9 @@ func dlqReasonSQL(t *change.Table) string {
 // lacks REPLICA IDENTITY FULL); then the version is the newest insert or
 // update of the key in the batch, else what silver holds, so the result
 // does not depend on where batches end. A truncate soft-deletes every row
-// older than it.
-func applySQL(t *change.Table, id int, keyOnly bool) []string {
+// older than it. Changes of a judged table (one with contract rules) that
+// failed a quarantine rule are held back.
+func applySQL(t *change.Table, id int, keyOnly, judged bool) []string {
 	silver := "silver." + ident(t.Name)
 	rows := rowsTable(id)
 	var names, values, sets, on, final []string
@@ -137,9 +152,13 @@ func applySQL(t *change.Table, id int, keyOnly bool) []string {
 		live = fmt.Sprintf(`, last_value(after IGNORE NULLS) OVER (PARTITION BY %s ORDER BY _cdc_seq, _cdc_ord
 			ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS live`, keys)
 	}
+	from := rows + " r"
+	if judged {
+		from += withoutHeldBack(id, "r")
+	}
 	latest := fmt.Sprintf(`SELECT COALESCE(after, before) AS img, op = 'd' AS del, _cdc_seq, _cdc_ord, _commit_ts%s
 	FROM %s WHERE op <> 't'
-	QUALIFY row_number() OVER (PARTITION BY %s ORDER BY _cdc_seq DESC, _cdc_ord DESC) = 1`, live, rows, keys)
+	QUALIFY row_number() OVER (PARTITION BY %s ORDER BY _cdc_seq DESC, _cdc_ord DESC) = 1`, live, from, keys)
 	newer := positionLess("t", "s")
 	match := strings.Join(on, " AND ")
 	truncate := fmt.Sprintf(`UPDATE %[1]s AS t SET _deleted = true, _cdc_seq = s._cdc_seq, _cdc_ord = s._cdc_ord, _commit_ts = s._commit_ts

@@ -42,8 +42,8 @@ type Warehouse struct {
 	// batch is the number of the last committed batch.
 	batch int64
 	// known are tables whose topic was reset while a batch that was not
-	// consistent had written events after floor to the lake; those events
-	// are in lakeflow_known and are not written again.
+	// consistent had applied events after floor; those events are in
+	// lakeflow_known and are not applied again.
 	known     map[*table]bool
 	contracts contracts.Set
 	// beforeCommit, if set, runs just before a batch commits (tests).
@@ -164,19 +164,24 @@ func (w *Warehouse) init(ctx context.Context, memoryLimit int64) error {
 	}
 	for _, stmt := range []string{
 		"SET TimeZone = 'UTC'",
+		// Reference rules ASOF-join a batch's changes with those of the
+		// table they reference; the nested-loop plan DuckDB picks from
+		// its row estimates costs tens of ms per batch, the sort plan
+		// a few.
+		"SET asof_loop_join_threshold = 0",
 		fmt.Sprintf("SET memory_limit = '%dMB'", max(memoryLimit>>20, 64)),
 		bootstrap,
 		intervalMacro,
 		deadLetterTables,
 		quarantineTable,
-		"CREATE OR REPLACE TEMP TABLE lakeflow_stage (tbl INTEGER, topic VARCHAR, kafka_partition INTEGER, kafka_offset BIGINT, v VARCHAR, raw BLOB)",
-		`CREATE OR REPLACE TEMP TABLE lakeflow_dead (topic VARCHAR, "partition" INTEGER, "offset" BIGINT, source_table VARCHAR,
-			failure_stage VARCHAR, failure_reason VARCHAR, payload BLOB, _cdc_seq UBIGINT, _cdc_ord UINTEGER)`,
 		"CREATE OR REPLACE TEMP TABLE lakeflow_known (tbl INTEGER, seq UBIGINT, ord UINTEGER)",
 	} {
 		if _, err := w.conn.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("initialise warehouse %s: %w", w.path, err)
 		}
+	}
+	if err := w.resetScratch(ctx, "lakeflow_stage", "lakeflow_dead", "lakeflow_failures"); err != nil {
+		return fmt.Errorf("initialise warehouse %s: %w", w.path, err)
 	}
 	published, removed, err := w.lake.Recover(func(path string) (bool, error) {
 		var n int
@@ -340,4 +345,23 @@ func (w *Warehouse) saveOffsets(ctx context.Context, positions map[string]TopicP
 	}
 	_, err := w.conn.ExecContext(ctx, `INSERT OR REPLACE INTO lakeflow.offsets (topic, "partition", next_offset, topic_id, updated_at) VALUES `+strings.Join(rows, ", "))
 	return err
+}
+
+// scratch are the TEMP tables a batch fills and the next one empties.
+var scratch = map[string]string{
+	"lakeflow_stage":    "tbl INTEGER, topic VARCHAR, kafka_partition INTEGER, kafka_offset BIGINT, v VARCHAR, raw BLOB",
+	"lakeflow_dead":     `topic VARCHAR, "partition" INTEGER, "offset" BIGINT, source_table VARCHAR, failure_stage VARCHAR, failure_reason VARCHAR, payload BLOB, _cdc_seq UBIGINT, _cdc_ord UINTEGER`,
+	"lakeflow_failures": "tbl INTEGER, kafka_partition INTEGER, kafka_offset BIGINT, rule VARCHAR, action VARCHAR",
+}
+
+// resetScratch empties scratch tables by creating them again: DuckDB
+// keeps the storage of rows deleted from a TEMP table, so DELETE would
+// grow the process by every batch it ever staged.
+func (w *Warehouse) resetScratch(ctx context.Context, names ...string) error {
+	for _, n := range names {
+		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s (%s)", n, scratch[n])); err != nil {
+			return err
+		}
+	}
+	return nil
 }

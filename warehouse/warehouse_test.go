@@ -3,7 +3,9 @@ package warehouse
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -107,13 +109,29 @@ func schemaPos(next int64) TopicPosition {
 	return TopicPosition{ID: "s", Next: map[int32]int64{0: next}}
 }
 
-// batch makes recs one batch.
+// batch makes recs one batch, not consistent (consistentBatch is).
 func batch(recs ...Record) Batch {
 	pos := TopicPosition{ID: "t", Next: map[int32]int64{}}
 	for _, r := range recs {
 		pos.Next[r.Partition] = max(pos.Next[r.Partition], r.Offset+1)
 	}
 	return Batch{Records: recs, Positions: map[string]TopicPosition{topic: pos}}
+}
+
+// consistentBatch makes recs a batch that ends at a watermark after its
+// last position, as the consumer applies them.
+func consistentBatch(recs ...Record) Batch {
+	b := batch(recs...)
+	var seq change.LSN
+	for _, r := range recs {
+		var pos struct {
+			Seq uint64 `json:"_cdc_seq"`
+		}
+		json.Unmarshal(r.Value, &pos)
+		seq = max(seq, change.LSN(pos.Seq))
+	}
+	b.Watermark = &change.Watermark{Seq: seq, End: seq + 1}
+	return b
 }
 
 func (f *fixture) apply(recs ...Record) BatchStats {
@@ -300,9 +318,23 @@ func TestDeleteWithTheKeyAloneKeepsTheLastVersion(t *testing.T) {
 }
 
 // BenchmarkApply applies batches of 20,000 events (inserts, updates and
-// deletes over 5,000 keys of a table without intervals) into a warehouse
-// file: the consumer's hot path.
-func BenchmarkApply(b *testing.B) {
+// deletes over 5,000 keys of a table without intervals; 2% of the rows
+// break a rule) into a warehouse file: the consumer's hot path.
+func BenchmarkApply(b *testing.B) { benchmarkApply(b, "") }
+
+// BenchmarkApplyWithRules is BenchmarkApply with a contract of two rules.
+func BenchmarkApplyWithRules(b *testing.B) {
+	benchmarkApply(b, `
+[[rules]]
+name = "total_non_negative"
+check = "total_cents >= 0"
+[[rules]]
+name = "status_in_domain"
+check = "status IN ('pending', 'paid', 'shipped', 'delivered', 'cancelled', 'refunded')"
+`)
+}
+
+func benchmarkApply(b *testing.B, rules string) {
 	dir := b.TempDir()
 	lk, err := lake.Open(filepath.Join(dir, "lake"))
 	if err != nil {
@@ -326,6 +358,20 @@ func BenchmarkApply(b *testing.B) {
 	if err := wh.ApplySchemas(context.Background(), []Schema{{tp, orders}}, "lf._schemas", schemaPos(1), nil); err != nil {
 		b.Fatal(err)
 	}
+	if rules != "" {
+		body := "table = \"public.orders\"\nkey = [\"id\"]\n"
+		for _, c := range orders.Columns {
+			body += fmt.Sprintf("[[columns]]\nname = %q\ntype = %q\n", c.Name, c.Type.Name)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "orders.toml"), []byte(body+rules), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		set, err := contracts.Load(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wh.SetContracts(set)
+	}
 	env := change.Envelope{Name: "lf", Database: "db"}
 	var offset int64
 	seq := 1000
@@ -334,7 +380,11 @@ func BenchmarkApply(b *testing.B) {
 		for i := 0; i < 20000; i++ {
 			seq++
 			id := strconv.Itoa(i % 5000)
-			row := []change.Datum{{Text: []byte(id)}, {Text: []byte("7")}, {Text: []byte("paid")}, {Text: []byte(strconv.Itoa(seq))},
+			total := strconv.Itoa(seq)
+			if i%50 == 7 {
+				total = "-1"
+			}
+			row := []change.Datum{{Text: []byte(id)}, {Text: []byte("7")}, {Text: []byte("paid")}, {Text: []byte(total)},
 				{Text: []byte("EUR")}, {Text: []byte("2024-02-29 23:59:59.123456+00")}, {Text: []byte("2024-02-29 23:59:59.123456+00")}}
 			ev := change.Event{Table: orders, Op: change.OpUpdate, Pos: change.Position{Seq: change.LSN(seq), Ord: 1},
 				LSN: change.LSN(seq), Commit: 1709251199000000 + int64(seq), Snapshot: change.SnapshotNone, After: row, Before: row}
@@ -438,9 +488,12 @@ name = "short"
 check = "length(name) < 5"
 action = "warn"
 `)
-	batch := []Record{f.rec(change.OpCreate, 100, 1, "1", "bad", ""), f.rec(change.OpCreate, 100, 2, "2", "longer", "")}
-	f.apply(batch...)
-	f.apply(batch...)
+	recs := []Record{f.rec(change.OpCreate, 100, 1, "1", "bad", ""), f.rec(change.OpCreate, 100, 2, "2", "longer", "")}
+	for range 2 { // the second time, a replay
+		if _, err := f.wh.Apply(context.Background(), consistentBatch(recs...)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	expect(t, f.silver(), "2 longer ∅ @100/2")
 	if got, want := f.quarantine(), `{"id":1} acct.named quarantine; {"id":2} acct.short warn`; got != want {
 		t.Fatalf("quarantine %q, want %q", got, want)
@@ -462,4 +515,32 @@ action = "fail"
 		t.Fatalf("want the failed rule named, got %v", err)
 	}
 	expect(t, f.silver(), "")
+}
+
+// TestScratchTablesDoNotGrow: a batch's scratch tables hold that batch
+// alone; DuckDB keeps the storage of rows deleted from a TEMP table, so
+// emptying them with DELETE grew the process by every batch ever staged.
+func TestScratchTablesDoNotGrow(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	f.withContract(`
+[[rules]]
+name = "named"
+check = "name <> '-'"
+action = "warn"
+`)
+	for i := 1; i <= 5; i++ {
+		f.apply(f.rec(change.OpCreate, 100*i, 1, strconv.Itoa(i), "-", "x"), f.rec(change.OpUpdate, 100*i, 2, strconv.Itoa(i), "-", "y"))
+	}
+	for _, table := range []string{"lakeflow_stage", "lakeflow_failures"} {
+		var stored int64
+		err := f.wh.conn.QueryRowContext(context.Background(),
+			"SELECT coalesce(sum(count), 0) FROM pragma_storage_info(?) WHERE column_id = 0 AND column_path = '[0]'", table).Scan(&stored)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored != 2 {
+			t.Errorf("%s stores %d rows after five batches of two, want the last batch's 2", table, stored)
+		}
+	}
 }

@@ -33,18 +33,29 @@ type Result struct {
 	LoadSeconds     float64 `json:"load_seconds"`
 	RecvlogicalSecs float64 `json:"pg_recvlogical_seconds"`
 	RecvlogicalRate float64 `json:"pg_recvlogical_changes_per_second"`
-	LakeflowEvents  int64   `json:"lakeflow_events"`
-	LakeflowSeconds float64 `json:"lakeflow_seconds"`
-	LakeflowRate    float64 `json:"lakeflow_events_per_second"`
-	LakeflowPeakRSS int64   `json:"lakeflow_peak_rss_bytes"`
-	LakeflowCPUSecs float64 `json:"lakeflow_cpu_seconds"`
-	LakeFiles       int64   `json:"lake_files"`
+	// Plain is lakeflow without contracts; Rules with the demo's
+	// contracts (rules, quarantine), on the same WAL: each the faster of
+	// two runs.
+	Plain           RunResult `json:"lakeflow"`
+	Rules           RunResult `json:"lakeflow_with_rules"`
+	RulesRatio      float64   `json:"rules_rate_ratio"`
+	CPUs            int       `json:"cpus"`
+	GoVersion       string    `json:"go_version"`
+	PostgresVersion string    `json:"postgres_version"`
+	When            string    `json:"when"`
+}
+
+// RunResult measures one `lakeflow run`.
+type RunResult struct {
+	Events    int64   `json:"events"`
+	Seconds   float64 `json:"seconds"`
+	Rate      float64 `json:"events_per_second"`
+	PeakRSS   int64   `json:"peak_rss_bytes"`
+	CPUSecs   float64 `json:"cpu_seconds"`
+	LakeFiles int64   `json:"lake_files"`
 	// Phases sums the warehouse's time per batch phase, in seconds.
-	Phases          map[string]float64 `json:"warehouse_phase_seconds"`
-	CPUs            int                `json:"cpus"`
-	GoVersion       string             `json:"go_version"`
-	PostgresVersion string             `json:"postgres_version"`
-	When            string             `json:"when"`
+	Phases      map[string]float64 `json:"warehouse_phase_seconds"`
+	Quarantined int64              `json:"quarantined"`
 }
 
 func main() {
@@ -93,18 +104,34 @@ func run(events int, out string, keep bool) error {
 	if err := demo.Setup(ctx, dsn); err != nil {
 		return err
 	}
-	kafkaPort, err := freePort()
+	repo, err := os.Getwd()
 	if err != nil {
 		return err
 	}
-	cfgFile := filepath.Join(work, "lakeflow.toml")
-	cfg := fmt.Sprintf("data_dir = \"data\"\n[source]\ndsn = %q\n[kafka]\nlisten = \"127.0.0.1:%d\"\n", dsn, kafkaPort)
-	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
-		return err
+	// Four pipelines on the same source, each with its own slot: two
+	// without contracts, two with the demo's. The machine is shared and
+	// noisy: each kind runs twice, in the order plain, rules, rules,
+	// plain, and the faster run of each counts.
+	kinds := []int{0, 1, 1, 0}
+	cfgFiles := make([]string, len(kinds))
+	for i, kind := range kinds {
+		contractsDir := []string{filepath.Join(work, "no-contracts"), filepath.Join(repo, "contracts")}[kind]
+		kafkaPort, err := freePort()
+		if err != nil {
+			return err
+		}
+		cfgFiles[i] = filepath.Join(work, fmt.Sprintf("lakeflow-%d.toml", i))
+		cfg := fmt.Sprintf("data_dir = \"data-%d\"\n[source]\ndsn = %q\nslot = \"bench_%d\"\n[kafka]\nlisten = \"127.0.0.1:%d\"\n[contracts]\ndir = %q\n",
+			i, dsn, i, kafkaPort, contractsDir)
+		if err := os.WriteFile(cfgFiles[i], []byte(cfg), 0o644); err != nil {
+			return err
+		}
 	}
-	step("initial snapshot (creates lakeflow's slot) and a second slot for pg_recvlogical")
-	if _, _, err := runLakeflow(bin, cfgFile); err != nil {
-		return err
+	step("initial snapshots (create lakeflow's slots) and a slot for pg_recvlogical")
+	for _, f := range cfgFiles {
+		if _, _, err := runLakeflow(bin, f); err != nil {
+			return err
+		}
 	}
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -140,40 +167,59 @@ func run(events int, out string, keep bool) error {
 	res.RecvlogicalRate = float64(res.Changes) / res.RecvlogicalSecs
 	conn.Exec(ctx, "SELECT pg_drop_replication_slot('bench_recvlogical')")
 
-	step("lakeflow run: WAL → Kafka → lake + silver")
-	t0 = time.Now()
-	log, ru, err := runLakeflow(bin, cfgFile)
-	if err != nil {
-		return err
+	best := []*RunResult{&res.Plain, &res.Rules}
+	for i, kind := range kinds {
+		step("lakeflow run %s (%d of %d): WAL → Kafka → lake + silver", []string{"without contracts", "with the demo's contracts"}[kind], i+1, len(kinds))
+		var r RunResult
+		if err := measure(bin, cfgFiles[i], &r); err != nil {
+			return err
+		}
+		if b := best[kind]; b.Rate < r.Rate {
+			*b = r
+		}
 	}
-	res.LakeflowSeconds = time.Since(t0).Seconds()
-	res.LakeflowPeakRSS = ru.Maxrss * 1024
-	res.LakeflowCPUSecs = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
-	res.Phases = phases(log)
-	if m := regexp.MustCompile(`msg="run complete" events=(\d+) batches=\d+ lake_files=(\d+)`).FindStringSubmatch(log); m != nil {
-		res.LakeflowEvents, _ = strconv.ParseInt(m[1], 10, 64)
-		res.LakeFiles, _ = strconv.ParseInt(m[2], 10, 64)
+	res.RulesRatio = res.Rules.Rate / res.Plain.Rate
+	line := func(name string, r RunResult) {
+		fmt.Printf("  %-22s %.2f s  = %.0f events/s  (%.0f%% of pg_recvlogical; %d lake files, %d quarantined)\n"+
+			"  %-22s peak RSS %.0f MiB, CPU %.1f s (%.1f µs per event); stage %.2f s, decode %.2f s, lake %.2f s, rules %.2f s, merge %.2f s, commit %.2f s\n",
+			name, r.Seconds, r.Rate, 100*r.Rate/res.RecvlogicalRate, r.LakeFiles, r.Quarantined, "",
+			float64(r.PeakRSS)/(1<<20), r.CPUSecs, 1e6*r.CPUSecs/float64(max(r.Events, 1)),
+			r.Phases["stage"], r.Phases["decode"], r.Phases["lake"], r.Phases["rules"], r.Phases["merge"], r.Phases["commit"])
 	}
-	res.LakeflowRate = float64(res.LakeflowEvents) / res.LakeflowSeconds
-
-	fmt.Printf(`lakeflow benchmark (%d CPUs, %s, PostgreSQL %s)
-  source load:     %d changes in %d transactions, %.1f MB of WAL (%.1f s)
-  pg_recvlogical:  %.2f s  = %.0f changes/s   (pgoutput decoding, the source's limit)
-  lakeflow run:    %.2f s  = %.0f events/s    (WAL → Kafka → lake + silver, %d lake files)
-  peak RSS:        %.0f MiB, CPU %.1f s (%.1f µs per event)
-  warehouse:       %s
-  ratio:           lakeflow end to end runs at %.0f%% of pg_recvlogical's drain rate
-`, res.CPUs, res.GoVersion, res.PostgresVersion, res.Changes, res.Transactions, float64(res.WALBytes)/1e6, res.LoadSeconds,
-		res.RecvlogicalSecs, res.RecvlogicalRate, res.LakeflowSeconds, res.LakeflowRate, res.LakeFiles,
-		float64(res.LakeflowPeakRSS)/(1<<20), res.LakeflowCPUSecs, 1e6*res.LakeflowCPUSecs/float64(max(res.LakeflowEvents, 1)),
-		fmt.Sprintf("stage %.2f s, decode %.2f s, lake %.2f s, merge %.2f s, commit %.2f s",
-			res.Phases["stage"], res.Phases["decode"], res.Phases["lake"], res.Phases["merge"], res.Phases["commit"]),
-		100*res.LakeflowRate/res.RecvlogicalRate)
+	fmt.Printf("lakeflow benchmark (%d CPUs, %s, PostgreSQL %s)\n  source load:           %d changes in %d transactions, %.1f MB of WAL (%.1f s)\n  pg_recvlogical:        %.2f s  = %.0f changes/s   (pgoutput decoding, the source's limit)\n",
+		res.CPUs, res.GoVersion, res.PostgresVersion, res.Changes, res.Transactions, float64(res.WALBytes)/1e6, res.LoadSeconds,
+		res.RecvlogicalSecs, res.RecvlogicalRate)
+	line("lakeflow run:", res.Plain)
+	line("with contract rules:", res.Rules)
+	fmt.Printf("  rules on / off:        %.0f%%\n", 100*res.RulesRatio)
 	data, _ := json.MarshalIndent(res, "", "  ")
 	if keep {
 		fmt.Fprintln(os.Stderr, "working directory kept:", work)
 	}
 	return os.WriteFile(out, append(data, '\n'), 0o644)
+}
+
+// measure runs `lakeflow run` on a config and fills r.
+func measure(bin, cfgFile string, r *RunResult) error {
+	t0 := time.Now()
+	log, ru, err := runLakeflow(bin, cfgFile)
+	if err != nil {
+		return err
+	}
+	r.Seconds = time.Since(t0).Seconds()
+	r.PeakRSS = ru.Maxrss * 1024
+	r.CPUSecs = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	r.Phases = phases(log)
+	if m := regexp.MustCompile(`msg="run complete" events=(\d+) batches=\d+ lake_files=(\d+)`).FindStringSubmatch(log); m != nil {
+		r.Events, _ = strconv.ParseInt(m[1], 10, 64)
+		r.LakeFiles, _ = strconv.ParseInt(m[2], 10, 64)
+	}
+	for _, m := range regexp.MustCompile(` quarantined=(\d+)`).FindAllStringSubmatch(log, -1) {
+		n, _ := strconv.ParseInt(m[1], 10, 64)
+		r.Quarantined += n
+	}
+	r.Rate = float64(r.Events) / r.Seconds
+	return nil
 }
 
 // runLakeflow runs `lakeflow run` to completion and returns its log and
@@ -192,7 +238,7 @@ func runLakeflow(bin, cfgFile string) (string, *syscall.Rusage, error) {
 // phases adds up the per-phase durations of the "batch committed" lines.
 func phases(log string) map[string]float64 {
 	out := map[string]float64{}
-	re := regexp.MustCompile(`(stage|decode|lake|merge|commit)=([0-9.]+[µm]?s)`)
+	re := regexp.MustCompile(`(stage|decode|lake|rules|merge|commit)=([0-9.]+[µm]?s)`)
 	for _, line := range strings.Split(log, "\n") {
 		if !strings.Contains(line, `msg="batch committed"`) {
 			continue
