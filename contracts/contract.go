@@ -90,7 +90,8 @@ type Column struct {
 	parsed      change.Type
 }
 
-// Rule is a named check of one row.
+// Rule is a named check of one row. Every column declared
+// nullable = false (the key aside) has the rule <table>.<column>_not_null.
 type Rule struct {
 	// Name is the table's name dotted with the rule's: orders.total_non_negative.
 	Name        string
@@ -269,6 +270,16 @@ func loadFile(path string) (*Contract, error) {
 		}
 		rules[r.Name] = true
 		c.Rules = append(c.Rules, r)
+	}
+	for _, col := range c.Columns {
+		// A column declared NOT NULL is a rule too (a key column cannot
+		// be NULL at the source).
+		name := c.Table.Name + "." + col.Name + "_not_null"
+		if col.Nullable || slices.Contains(c.Key, col.Name) || rules[name] {
+			continue
+		}
+		c.Rules = append(c.Rules, Rule{Name: name, Check: quoteIdent(col.Name) + " IS NOT NULL", Action: Quarantine,
+			Description: "declared nullable = false", line: lines.block("columns", slices.IndexFunc(f.Columns, func(cf columnFile) bool { return cf.Name == col.Name }))})
 	}
 	if len(problems) == 0 {
 		if err := checkRules(c); err != nil {

@@ -21,10 +21,13 @@ func TestDemoContractsLoad(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"orders.total_non_negative", "orders.status_in_domain", "orders.customer_exists",
-		"order_items.quantity_positive", "payments.amount_positive", "customers.email_format"} {
+		"order_items.quantity_positive", "payments.amount_positive", "customers.email_format", "orders.customer_id_not_null"} {
 		if !strings.Contains(strings.Join(names, " "), want) {
 			t.Errorf("rule %s missing (have %v)", want, names)
 		}
+	}
+	if strings.Contains(strings.Join(names, " "), "orders.id_not_null") {
+		t.Errorf("a key column has a not-null rule: %v", names)
 	}
 	if c := set.For("public", "customers"); c == nil || !c.History || c.Compatibility != Backward {
 		t.Errorf("customers: want history and backward compatibility, got %+v", c)

@@ -236,7 +236,7 @@ func rowRulesSQL(t *table) string {
 	// Most changes pass every rule: the list of the rules a change fails
 	// is built for the others only.
 	return fmt.Sprintf(`INSERT INTO lakeflow_failures
-SELECT %d, lakeflow_partition, lakeflow_offset, split_part(failure, ' ', 2), split_part(failure, ' ', 1)
+SELECT %d, lakeflow_partition, lakeflow_offset, substr(failure, strpos(failure, ' ') + 1), split_part(failure, ' ', 1)
 FROM (SELECT lakeflow_partition, lakeflow_offset, unnest(list_filter([%s], x -> x IS NOT NULL)) AS failure
       FROM (SELECT unnest(after), kafka_partition AS lakeflow_partition, kafka_offset AS lakeflow_offset FROM %s WHERE op IN ('c', 'u', 'r'))
       WHERE NOT (%s))`,

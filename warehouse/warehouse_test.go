@@ -437,8 +437,8 @@ func TestDeleteWithTheKeyAloneOnTheMergePath(t *testing.T) {
 }
 
 // withContract gives the fixture's warehouse a contract for acct with the
-// given rules (TOML [[rules]] entries).
-func (f *fixture) withContract(rules string) {
+// given rules (TOML [[rules]] entries) and settings of column name.
+func (f *fixture) withContract(rules string, nameSettings ...string) {
 	f.t.Helper()
 	dir := f.t.TempDir()
 	body := `table = "public.acct"
@@ -449,6 +449,7 @@ type = "integer"
 [[columns]]
 name = "name"
 type = "text"
+` + strings.Join(nameSettings, "\n") + `
 [[columns]]
 name = "span"
 type = "interval"
@@ -496,6 +497,19 @@ action = "warn"
 	}
 	expect(t, f.silver(), "2 longer ∅ @100/2")
 	if got, want := f.quarantine(), `{"id":1} acct.named quarantine; {"id":2} acct.short warn`; got != want {
+		t.Fatalf("quarantine %q, want %q", got, want)
+	}
+}
+
+// TestNotNullColumnsAreRules: a column the contract declares
+// nullable = false is checked like a rule, named after it.
+func TestNotNullColumnsAreRules(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	f.withContract("", "nullable = false")
+	f.apply(f.rec(change.OpCreate, 100, 1, "1", "", "P1D"), f.rec(change.OpCreate, 100, 2, "2", "two", ""))
+	expect(t, f.silver(), "2 two ∅ @100/2")
+	if got, want := f.quarantine(), `{"id":1} acct.name_not_null quarantine`; got != want {
 		t.Fatalf("quarantine %q, want %q", got, want)
 	}
 }
