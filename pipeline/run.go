@@ -69,7 +69,12 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		return err
 	}
 	defer wh.Close()
-	wh.SetContracts(set)
+	if err := wh.SetContracts(ctx, set); err != nil {
+		return err
+	}
+	if err := setMarts(ctx, cfg, wh); err != nil {
+		return err
+	}
 	kcfg := kafka.Config{
 		Brokers: env.brokers, Prefix: cfg.Kafka.TopicPrefix, Partitions: cfg.Kafka.Partitions,
 		Retention: cfg.Kafka.Retention, RetentionBytes: cfg.Kafka.RetentionBytes, Database: env.database,

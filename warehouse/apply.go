@@ -48,6 +48,8 @@ type BatchStats struct {
 	Decode              time.Duration // JSON to typed rows, dead letters
 	Lake                time.Duration // writing and syncing lake files
 	Rules               time.Duration // contract rules and quarantine
+	History             time.Duration // SCD2 history
+	Gold                time.Duration // gold marts: touched partitions, refreshes
 	Merge               time.Duration // silver
 	Commit              time.Duration // commit and publish
 }
@@ -91,6 +93,10 @@ func (w *Warehouse) Apply(ctx context.Context, b Batch) (BatchStats, error) {
 		w.raiseLakeHigh(r.Topic, r.Partition, r.Offset)
 	}
 	w.batch++
+	w.midTransaction = b.Watermark == nil
+	for _, m := range w.refreshing {
+		m.refreshed = time.Now()
+	}
 	if b.Watermark != nil {
 		w.floor = max(w.floor, b.Watermark.Seq)
 	}
@@ -153,6 +159,18 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, touched map[*table]b
 	}
 	st.Rules = since()
 	for _, t := range order {
+		if t.history {
+			if err := w.recordHistory(ctx, t); err != nil {
+				return files, fmt.Errorf("record the history of %s: %w", t.schema.ID(), err)
+			}
+		}
+	}
+	st.History = since()
+	golden := w.goldReads(order)
+	if err := w.changedBefore(ctx, golden); err != nil {
+		return files, err
+	}
+	for _, t := range order {
 		apply := t.apply
 		if keyOnly[t] {
 			apply = t.applyKeyOnly
@@ -164,6 +182,12 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, touched map[*table]b
 		}
 	}
 	st.Merge = since()
+	refreshed, err := w.refreshGold(ctx, golden, time.Now())
+	if err != nil {
+		return files, err
+	}
+	w.refreshing = refreshed
+	st.Gold = since()
 	if err := w.saveOffsets(ctx, b.Positions); err != nil {
 		return files, err
 	}

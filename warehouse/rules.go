@@ -30,12 +30,18 @@ type rule struct {
 }
 
 // SetContracts gives the warehouse the tables' contracts: their rules run
-// on every batch from now on.
-func (w *Warehouse) SetContracts(set contracts.Set) {
+// on every batch from now on, and a table whose contract asks for history
+// keeps it from now on (startHistory).
+func (w *Warehouse) SetContracts(ctx context.Context, set contracts.Set) error {
 	w.contracts = set
 	for topic, t := range w.byTopic {
-		w.register(topic, t.schema)
+		if t = w.register(topic, t.schema); t.history {
+			if err := w.startHistory(ctx, t); err != nil {
+				return fmt.Errorf("start the history of %s: %w", t.schema.ID(), err)
+			}
+		}
 	}
+	return nil
 }
 
 // rulesFor compiles the contract rules of a table.

@@ -43,13 +43,22 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 			order = append(order, id)
 		}
 		next := carryFills(prev, s.Table)
-		p, err := evolve(prev, next)
+		p, err := evolve(prev, next, false)
 		if err != nil {
 			return err
 		}
 		checks = append(checks, p.checks...)
 		stmts = append(stmts, p.ddl...)
 		fills = append(fills, p.dml...)
+		if w.keepsHistory(next) {
+			h, err := evolve(prev, next, true)
+			if err != nil {
+				return err
+			}
+			checks = append(checks, h.checks...)
+			stmts = append(stmts, h.ddl...)
+			fills = append(fills, h.dml...)
+		}
 		history, err := json.Marshal(next)
 		if err != nil {
 			return err
@@ -107,7 +116,7 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 			}
 		}
 	}
-	return nil
+	return w.activateMarts(ctx)
 }
 
 // Schemas returns the schema of every table the warehouse holds.
@@ -193,15 +202,19 @@ func (c check) run(ctx context.Context, w *Warehouse) error {
 		fault.ErrSchemaBreak, c.refusal, n, example)
 }
 
-// evolve plans how silver goes from prev (nil: no table yet) to next.
-// Without the contract's acceptance (next.Accepted) only new columns and
-// widened types evolve. With it, a renamed column is renamed, a dropped
-// one is kept (retired: NULL for changes from then on), and a retyped one
-// converted where every stored value converts. A new key is refused.
-func evolve(prev, next *change.Table) (plan, error) {
+// evolve plans how silver (or, with history, the table's history) goes
+// from prev (nil: no table yet) to next. Without the contract's
+// acceptance (next.Accepted) only new columns and widened types evolve.
+// With it, a renamed column is renamed, a dropped one is kept (retired:
+// NULL for changes from then on), and a retyped one converted where every
+// stored value converts. A new key is refused.
+func evolve(prev, next *change.Table, history bool) (plan, error) {
 	var p plan
 	if prev == nil {
 		p.ddl = []string{createTable(next)}
+		if history {
+			p.ddl = []string{createHistory(next)}
+		}
 		p.summary = "created"
 		return p, nil
 	}
@@ -210,6 +223,9 @@ func evolve(prev, next *change.Table) (plan, error) {
 		return p, fmt.Errorf("%w: %v", fault.ErrSchemaBreak, &brk[0])
 	}
 	silver := "silver." + ident(next.Name)
+	if history {
+		silver = historyName(next)
+	}
 	var summary []string
 	for _, r := range d.Renamed {
 		p.ddl = append(p.ddl, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", silver, ident(r.From), ident(r.To)))
@@ -228,7 +244,7 @@ func evolve(prev, next *change.Table) (plan, error) {
 			example: fmt.Sprintf("SELECT %s::VARCHAR FROM %s WHERE %s IS NOT NULL AND TRY_CAST(%s AS %s) IS NULL LIMIT 1", col, silver, col, col, to),
 			refusal: fmt.Sprintf("column %s of %s cannot become %s in silver", r.Column.Name, silver, to),
 		})
-		if r.Column.Key {
+		if r.Column.Key && !history {
 			rebuild = true // DuckDB cannot retype a key column in place
 			continue
 		}
@@ -236,6 +252,11 @@ func evolve(prev, next *change.Table) (plan, error) {
 	}
 	if rebuild {
 		p.ddl = append(p.ddl, rebuildTable(next, d.Added)...)
+	}
+	if history {
+		// The history's columns follow silver's; what silver records of
+		// the change (retired columns, the summary) is silver's plan.
+		next = &change.Table{Columns: next.Columns, Retired: append([]change.Column(nil), prev.Retired...)}
 	}
 	next.Retired = append([]change.Column(nil), prev.Retired...)
 	for _, c := range d.Dropped {
@@ -374,7 +395,7 @@ func (w *Warehouse) register(topic string, t *change.Table) *table {
 	rules := w.rulesFor(t)
 	judged := len(rules) > 0
 	tb := &table{id: id, topic: topic, schema: t, parse: parseSQL(id, topic, t), apply: applySQL(t, id, false, judged),
-		applyKeyOnly: applySQL(t, id, true, judged), rules: rules}
+		applyKeyOnly: applySQL(t, id, true, judged), rules: rules, history: w.keepsHistory(t)}
 	w.tables[t.ID()] = tb
 	w.byTopic[topic] = tb
 	return tb

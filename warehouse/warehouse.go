@@ -41,11 +41,17 @@ type Warehouse struct {
 	floor change.LSN
 	// batch is the number of the last committed batch.
 	batch int64
+	// midTransaction says the last batch did not end at a watermark: the
+	// next may hold the rest of a source transaction.
+	midTransaction bool
 	// known are tables whose topic was reset while a batch that was not
 	// consistent had applied events after floor; those events are in
 	// lakeflow_known and are not applied again.
 	known     map[*table]bool
 	contracts contracts.Set
+	marts     []*mart
+	// refreshing are the marts the batch being applied refreshes.
+	refreshing []*mart
 	// beforeCommit, if set, runs just before a batch commits (tests).
 	beforeCommit func()
 }
@@ -61,6 +67,8 @@ type table struct {
 	applyKeyOnly []string
 	// rules are the contract's rules for the table.
 	rules []rule
+	// history says the contract asks for SCD2 history.
+	history bool
 }
 
 const bootstrap = `
@@ -174,6 +182,7 @@ func (w *Warehouse) init(ctx context.Context, memoryLimit int64) error {
 		intervalMacro,
 		deadLetterTables,
 		quarantineTable,
+		goldTables,
 		"CREATE OR REPLACE TEMP TABLE lakeflow_known (tbl INTEGER, seq UBIGINT, ord UINTEGER)",
 	} {
 		if _, err := w.conn.ExecContext(ctx, stmt); err != nil {
@@ -214,7 +223,8 @@ func (w *Warehouse) init(ctx context.Context, memoryLimit int64) error {
 		return err
 	}
 	var floor sql.NullInt64
-	if err := w.conn.QueryRowContext(ctx, "SELECT (max(lsn) FILTER (consistent))::BIGINT, coalesce(max(batch), 0) FROM lakeflow.batches").Scan(&floor, &w.batch); err != nil {
+	if err := w.conn.QueryRowContext(ctx, `SELECT (max(lsn) FILTER (consistent))::BIGINT, coalesce(max(batch), 0), coalesce(NOT arg_max(consistent, batch), false)
+		FROM lakeflow.batches`).Scan(&floor, &w.batch, &w.midTransaction); err != nil {
 		return err
 	}
 	w.floor = change.LSN(floor.Int64)

@@ -370,7 +370,9 @@ func benchmarkApply(b *testing.B, rules string) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		wh.SetContracts(set)
+		if err := wh.SetContracts(context.Background(), set); err != nil {
+			b.Fatal(err)
+		}
 	}
 	env := change.Envelope{Name: "lf", Database: "db"}
 	var offset int64
@@ -440,8 +442,16 @@ func TestDeleteWithTheKeyAloneOnTheMergePath(t *testing.T) {
 // given rules (TOML [[rules]] entries) and settings of column name.
 func (f *fixture) withContract(rules string, nameSettings ...string) {
 	f.t.Helper()
+	f.contract("", rules, nameSettings...)
+}
+
+// contract gives the fixture's warehouse a contract for acct: head are
+// its top-level settings.
+func (f *fixture) contract(head, rules string, nameSettings ...string) {
+	f.t.Helper()
 	dir := f.t.TempDir()
 	body := `table = "public.acct"
+` + head + `
 key = ["id"]
 [[columns]]
 name = "id"
@@ -461,7 +471,9 @@ type = "interval"
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	f.wh.SetContracts(set)
+	if err := f.wh.SetContracts(context.Background(), set); err != nil {
+		f.t.Fatal(err)
+	}
 }
 
 func (f *fixture) quarantine() string {

@@ -28,6 +28,26 @@ type Config struct {
 	Warehouse Warehouse
 	Pipeline  Pipeline
 	Contracts Contracts
+	Gold      Gold
+}
+
+// Gold locates the gold marts and says when each is refreshed.
+type Gold struct {
+	// Dir holds the marts' SQL files. When it does not exist and was not
+	// set, the demo's marts built into lakeflow are used (DirSet false).
+	Dir    string
+	DirSet bool
+	// Refresh is each mart's cadence, by name; a mart not listed is
+	// refreshed with every batch.
+	Refresh map[string]Refresh
+}
+
+// Refresh is a mart's cadence: with every batch (the zero value), at most
+// once per Every (the partitions batches touch wait until then), or only
+// when lakeflow backfill asks (Manual).
+type Refresh struct {
+	Every  time.Duration
+	Manual bool
 }
 
 // Contracts locates the data contracts (one TOML file per table).

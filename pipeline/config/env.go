@@ -65,6 +65,20 @@ func setField(f reflect.Value, val string) error {
 			return fmt.Errorf("%q is not an integer", val)
 		}
 		f.SetInt(int64(n))
+	case reflect.Map:
+		// name=value pairs, comma-separated.
+		m := map[string]string{}
+		for _, s := range strings.Split(val, ",") {
+			if s = strings.TrimSpace(s); s == "" {
+				continue
+			}
+			k, v, ok := strings.Cut(s, "=")
+			if !ok {
+				return fmt.Errorf("%q: want name=value pairs, comma-separated", val)
+			}
+			m[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+		f.Set(reflect.ValueOf(m))
 	case reflect.Slice:
 		var items []string
 		for _, s := range strings.Split(val, ",") {

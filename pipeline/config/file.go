@@ -22,6 +22,12 @@ type file struct {
 	Warehouse warehouseFile `toml:"warehouse"`
 	Pipeline  pipelineFile  `toml:"pipeline"`
 	Contracts contractsFile `toml:"contracts"`
+	Gold      goldFile      `toml:"gold"`
+}
+
+type goldFile struct {
+	Dir     string            `toml:"dir"`
+	Refresh map[string]string `toml:"refresh"`
 }
 
 type contractsFile struct {
@@ -61,6 +67,9 @@ type pipelineFile struct {
 	BatchBytes    string `toml:"batch_bytes"`
 	BatchInterval string `toml:"batch_interval"`
 }
+
+// defaultGoldDir is where the gold marts are, beside the config file.
+const defaultGoldDir = "sql/gold"
 
 // DemoTables are the source tables of the demo domain (DESIGN.md).
 var DemoTables = []string{
@@ -232,6 +241,25 @@ func (f file) resolve(base string) (*Config, []string) {
 	c.Warehouse.MemoryLimit = size("warehouse.memory_limit", f.Warehouse.MemoryLimit)
 
 	c.Contracts.Dir = abs("contracts.dir", f.Contracts.Dir)
+
+	c.Gold = Gold{Dir: filepath.Join(base, defaultGoldDir), Refresh: map[string]Refresh{}}
+	if f.Gold.Dir != "" {
+		c.Gold.Dir, c.Gold.DirSet = abs("gold.dir", f.Gold.Dir), true
+	}
+	for mart, v := range f.Gold.Refresh {
+		key := "gold.refresh." + mart
+		switch v = strings.TrimSpace(v); v {
+		case "batch":
+		case "manual":
+			c.Gold.Refresh[mart] = Refresh{Manual: true}
+		default:
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				bad(key, "%q: want \"batch\", \"manual\" or an interval like \"1m\"", v)
+			}
+			c.Gold.Refresh[mart] = Refresh{Every: d}
+		}
+	}
 
 	p := f.Pipeline
 	c.Pipeline = Pipeline{

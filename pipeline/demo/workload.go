@@ -240,7 +240,15 @@ func (s *shop) newOrder(b *pgx.Batch) {
 		o.total += qty * s.prices[p]
 		items[i] = []any{o.id, i + 1, p, qty, s.prices[p]}
 	}
-	b.Queue(`INSERT INTO orders (id, customer_id, status, total_cents, currency) VALUES ($1, $2, 'pending', $3, 'EUR')`, o.id, customer, o.total)
+	// Most orders are today's; one in four is booked up to two weeks back
+	// (orders entered late, imports), so marts by order day see old days
+	// change.
+	daysBack := 0
+	if s.rng.IntN(4) == 0 {
+		daysBack = 1 + s.rng.IntN(13)
+	}
+	b.Queue(`INSERT INTO orders (id, customer_id, status, total_cents, currency, created_at) VALUES ($1, $2, 'pending', $3, 'EUR', now() - make_interval(days => $4))`,
+		o.id, customer, o.total, daysBack)
 	for _, it := range items {
 		b.Queue(`INSERT INTO order_items (order_id, line_no, product_id, quantity, unit_price_cents) VALUES ($1, $2, $3, $4, $5)`, it...)
 	}

@@ -1,0 +1,45 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/sql/gold"
+	"github.com/lakeflow/lakeflow/warehouse"
+)
+
+// loadMarts reads the gold marts of gold.dir, or the demo's built into
+// lakeflow when gold.dir was not set and does not exist.
+func loadMarts(cfg *config.Config) ([]gold.Mart, error) {
+	var fsys fs.FS = os.DirFS(cfg.Gold.Dir)
+	dir := cfg.Gold.Dir
+	if _, err := os.Stat(cfg.Gold.Dir); errors.Is(err, os.ErrNotExist) {
+		if cfg.Gold.DirSet {
+			return nil, fmt.Errorf("%w: gold.dir %s does not exist", fault.ErrConfig, cfg.Gold.Dir)
+		}
+		fsys, dir = gold.Demo, "(built-in sql/gold)"
+	}
+	marts, err := gold.Load(fsys, dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: gold marts: %v", fault.ErrConfig, err)
+	}
+	return marts, nil
+}
+
+// setMarts gives the warehouse the gold marts.
+func setMarts(ctx context.Context, cfg *config.Config, wh *warehouse.Warehouse) error {
+	marts, err := loadMarts(cfg)
+	if err != nil {
+		return err
+	}
+	captured := make([]string, len(cfg.Source.Tables))
+	for i, t := range cfg.Source.Tables {
+		captured[i] = t.Name
+	}
+	return wh.SetMarts(ctx, marts, cfg.Gold.Refresh, captured)
+}

@@ -1,0 +1,24 @@
+-- gold.daily_revenue: one row per order day (orders.created_at, UTC).
+--   orders            orders created that day, whatever their status
+--   paid_orders       those whose current status is paid, shipped or delivered
+--   cancelled_orders  those cancelled
+--   unique_customers  distinct customers among the day's orders
+--   revenue_cents     total_cents of the paid orders
+--   avg_order_cents   their mean, rounded to the cent
+--   p99_order_cents   their 99th percentile (interpolated)
+-- Deleted rows never count; quarantined changes never reach silver.
+-- grain: order_date
+-- touched by silver.orders: created_at::DATE
+SELECT
+    o.created_at::DATE AS order_date,
+    count(*) AS orders,
+    count(*) FILTER (o.status IN ('paid', 'shipped', 'delivered')) AS paid_orders,
+    count(*) FILTER (o.status = 'cancelled') AS cancelled_orders,
+    count(DISTINCT o.customer_id) AS unique_customers,
+    coalesce(sum(o.total_cents) FILTER (o.status IN ('paid', 'shipped', 'delivered')), 0)::BIGINT AS revenue_cents,
+    round(avg(o.total_cents) FILTER (o.status IN ('paid', 'shipped', 'delivered')))::BIGINT AS avg_order_cents,
+    quantile_cont(o.total_cents, 0.99) FILTER (o.status IN ('paid', 'shipped', 'delivered')) AS p99_order_cents
+FROM silver.orders o
+WHERE NOT o._deleted
+  AND o.created_at::DATE IN (SELECT grain FROM lakeflow_refresh)
+GROUP BY o.created_at::DATE

@@ -1,0 +1,27 @@
+-- gold.product_ranks: per order day (orders.created_at, UTC) and product
+-- category, each product sold that day in a paid, shipped or delivered
+-- order: units, revenue (quantity × unit price) and its rank in the
+-- category by revenue (1 = most; equal revenue, equal rank).
+-- Deleted rows never count; quarantined changes never reach silver.
+-- grain: order_date
+-- touched by silver.orders: created_at::DATE
+-- touched by silver.order_items: SELECT o.created_at::DATE FROM changed c JOIN silver.orders o ON o.id = c.order_id
+-- touched by silver.products: SELECT o.created_at::DATE FROM changed c JOIN silver.order_items i ON i.product_id = c.id JOIN silver.orders o ON o.id = i.order_id
+SELECT
+    order_date, category, product_id, units, revenue_cents,
+    rank() OVER (PARTITION BY order_date, category ORDER BY revenue_cents DESC) AS rank
+FROM (
+    SELECT
+        o.created_at::DATE AS order_date,
+        p.category,
+        p.id AS product_id,
+        sum(i.quantity)::BIGINT AS units,
+        sum(i.quantity * i.unit_price_cents)::BIGINT AS revenue_cents
+    FROM silver.orders o
+    JOIN silver.order_items i ON i.order_id = o.id AND NOT i._deleted
+    JOIN silver.products p ON p.id = i.product_id AND NOT p._deleted
+    WHERE NOT o._deleted
+      AND o.status IN ('paid', 'shipped', 'delivered')
+      AND o.created_at::DATE IN (SELECT grain FROM lakeflow_refresh)
+    GROUP BY o.created_at::DATE, p.category, p.id
+)

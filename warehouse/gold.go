@@ -1,0 +1,501 @@
+package warehouse
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/sql/gold"
+)
+
+// A gold mart is refreshed by the partitions (grain values) batches
+// touched: after silver is merged, in the batch's transaction, each
+// touched table's changed rows (their images before and after the batch)
+// give, through the mart's "touched by" SQL, the grain values whose rows
+// may differ; they wait in lakeflow.gold_pending until the mart's cadence
+// says refresh, which deletes those partitions and inserts them again
+// from the mart's SELECT.
+
+const goldTables = `
+CREATE SCHEMA IF NOT EXISTS gold;
+CREATE TABLE IF NOT EXISTS lakeflow.gold_marts (
+	mart            VARCHAR PRIMARY KEY,
+	file            VARCHAR NOT NULL,
+	sql_hash        VARCHAR NOT NULL,
+	grain           VARCHAR NOT NULL,
+	refreshed_at    TIMESTAMPTZ,
+	refreshed_batch BIGINT
+);
+CREATE TABLE IF NOT EXISTS lakeflow.gold_pending (
+	mart  VARCHAR NOT NULL,
+	grain VARCHAR NOT NULL
+);`
+
+// mart is a gold mart as the warehouse keeps it.
+type mart struct {
+	gold.Mart
+	refresh config.Refresh
+	// reads are the silver tables the SELECT reads.
+	reads []string
+	// active: the tables it reads exist, and so do its table and state.
+	active bool
+	// grainType is the DuckDB type of the grain column.
+	grainType string
+	refreshed time.Time
+}
+
+// SetMarts gives the warehouse its gold marts. Each is checked: its SQL
+// must parse and read silver tables only, each with a "touched by" line.
+// A mart that reads a table outside captured (silver table names) is
+// skipped, with a log line. The others are set up as soon as the tables
+// they read exist (now, or when the source first sends their schemas):
+// their SQL is bound, and a mart that is new, or whose SQL changed, is
+// built whole.
+func (w *Warehouse) SetMarts(ctx context.Context, marts []gold.Mart, refresh map[string]config.Refresh, captured []string) error {
+	w.marts = nil
+	var problems []error
+	for _, gm := range marts {
+		m := &mart{Mart: gm, refresh: refresh[gm.Name]}
+		reads, err := w.martReads(ctx, gm)
+		if err != nil {
+			problems = append(problems, err)
+			continue
+		}
+		m.reads = reads
+		if missing := slices.DeleteFunc(slices.Clone(reads), func(t string) bool { return slices.Contains(captured, t) }); len(missing) > 0 {
+			w.log.Info("gold mart skipped: it reads tables that are not captured", "mart", "gold."+gm.Name, "file", gm.File, "tables", missing)
+			continue
+		}
+		if err := m.checkTouched(); err != nil {
+			problems = append(problems, err)
+			continue
+		}
+		w.marts = append(w.marts, m)
+	}
+	for name := range refresh {
+		if !slices.ContainsFunc(marts, func(m gold.Mart) bool { return m.Name == name }) {
+			problems = append(problems, fmt.Errorf("gold.refresh.%s: there is no mart %s", name, name))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: gold marts: %w", fault.ErrConfig, errors.Join(problems...))
+	}
+	return w.activateMarts(ctx)
+}
+
+// martReads parses a mart's SQL and returns the silver tables it reads.
+func (w *Warehouse) martReads(ctx context.Context, m gold.Mart) ([]string, error) {
+	var raw string
+	if err := w.conn.QueryRowContext(ctx, "SELECT json_serialize_sql("+literal(m.SQL)+")::VARCHAR").Scan(&raw); err != nil {
+		return nil, err
+	}
+	var tree struct {
+		Error    bool   `json:"error"`
+		Message  string `json:"error_message"`
+		Position string `json:"position"`
+		Stmts    []any  `json:"statements"`
+	}
+	if err := json.Unmarshal([]byte(raw), &tree); err != nil {
+		return nil, err
+	}
+	if tree.Error {
+		pos, _ := strconv.Atoi(tree.Position)
+		return nil, fmt.Errorf("%s:%d: %s", m.File, 1+strings.Count(m.SQL[:min(pos, len(m.SQL))], "\n"), tree.Message)
+	}
+	if len(tree.Stmts) != 1 {
+		return nil, fmt.Errorf("%s: want one SELECT, found %d statements", m.File, len(tree.Stmts))
+	}
+	ctes := map[string]bool{}
+	var reads []string
+	var bad []string
+	walk(tree.Stmts[0], func(node map[string]any) {
+		if cm, ok := node["cte_map"].(map[string]any); ok {
+			if entries, ok := cm["map"].([]any); ok {
+				for _, e := range entries {
+					if kv, ok := e.(map[string]any); ok {
+						if k, ok := kv["key"].(string); ok {
+							ctes[k] = true
+						}
+					}
+				}
+			}
+		}
+		if node["type"] != "BASE_TABLE" {
+			return
+		}
+		schema, _ := node["schema_name"].(string)
+		name, _ := node["table_name"].(string)
+		switch {
+		case schema == "silver":
+			if !slices.Contains(reads, name) {
+				reads = append(reads, name)
+			}
+		case schema == "" && (name == "lakeflow_refresh" || ctes[name]):
+		default:
+			bad = append(bad, strings.TrimPrefix(schema+"."+name, "."))
+		}
+	})
+	if len(bad) > 0 {
+		return nil, fmt.Errorf("%s: a mart reads silver tables only (and lakeflow_refresh); it reads %s", m.File, strings.Join(bad, ", "))
+	}
+	slices.Sort(reads)
+	return reads, nil
+}
+
+// walk calls fn on every object of a decoded JSON tree.
+func walk(v any, fn func(map[string]any)) {
+	switch x := v.(type) {
+	case map[string]any:
+		fn(x)
+		for _, c := range x {
+			walk(c, fn)
+		}
+	case []any:
+		for _, c := range x {
+			walk(c, fn)
+		}
+	}
+}
+
+// checkTouched checks that every table the mart reads has a "touched by"
+// line, and that every line names a table it reads.
+func (m *mart) checkTouched() error {
+	if m.Grain == gold.Full {
+		return nil
+	}
+	var problems []string
+	for _, t := range m.reads {
+		if _, ok := m.Touched[t]; !ok {
+			problems = append(problems, fmt.Sprintf("%s: it reads silver.%s but says nothing of how a change of it touches the mart: add \"-- touched by silver.%s: <expression>\" to the header", m.File, t, t))
+		}
+	}
+	for t := range m.Touched {
+		if !slices.Contains(m.reads, t) {
+			problems = append(problems, fmt.Sprintf("%s:%d: touched by silver.%s, which the mart does not read", m.File, m.TouchedLine[t], t))
+		}
+	}
+	if len(problems) > 0 {
+		slices.Sort(problems)
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// activateMarts sets up the marts whose tables all exist now.
+func (w *Warehouse) activateMarts(ctx context.Context) error {
+	for _, m := range w.marts {
+		if m.active || slices.ContainsFunc(m.reads, func(t string) bool { return w.silverTable(t) == nil }) {
+			continue
+		}
+		if err := w.activate(ctx, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// silverTable returns the registered table whose silver table is name.
+func (w *Warehouse) silverTable(name string) *table {
+	for _, t := range w.tables {
+		if strings.EqualFold(t.schema.Name, name) {
+			return t
+		}
+	}
+	return nil
+}
+
+var lineRe = regexp.MustCompile(`LINE (\d+):`)
+
+// bindError names the file and line of a DuckDB error about a mart's
+// SQL: line, or, for the SELECT (line 0: DuckDB got the file whole, so
+// its lines are the file's), the line DuckDB names.
+func bindError(file string, line int, err error) error {
+	msg := err.Error()
+	if m := lineRe.FindStringSubmatch(msg); m != nil && line == 0 {
+		n, _ := strconv.Atoi(m[1])
+		line = n
+	}
+	if i := strings.Index(msg, "\n"); i > 0 {
+		msg = msg[:i]
+	}
+	line = max(line, 1)
+	return fmt.Errorf("%w: %s:%d: %s", fault.ErrConfig, file, line, msg)
+}
+
+// activate binds a mart's SQL, creates its table, and builds it whole if
+// it is new or its SQL changed.
+func (w *Warehouse) activate(ctx context.Context, m *mart) error {
+	hash := sha256.Sum256([]byte(m.Grain + "\x00" + m.SQL))
+	sum := hex.EncodeToString(hash[:8])
+	m.grainType = "BOOLEAN" // a full mart's lakeflow_refresh is never read
+	if m.Grain != gold.Full {
+		for _, t := range m.reads {
+			typ, err := w.touchedType(ctx, m, t)
+			if err != nil {
+				return err
+			}
+			if m.grainType != "BOOLEAN" && typ != m.grainType {
+				return fmt.Errorf("%w: %s:%d: touched by silver.%s gives %s, another line %s", fault.ErrConfig, m.File, m.TouchedLine[t], t, typ, m.grainType)
+			}
+			m.grainType = typ
+		}
+	}
+	if err := w.refreshTable(ctx, m.grainType); err != nil {
+		return err
+	}
+	rows, err := w.conn.QueryContext(ctx, "DESCRIBE "+m.SQL)
+	if err != nil {
+		return bindError(m.File, 0, err)
+	}
+	grainCol := ""
+	for rows.Next() {
+		var name, typ string
+		var null, key, def, extra sql.NullString
+		if err := rows.Scan(&name, &typ, &null, &key, &def, &extra); err != nil {
+			rows.Close()
+			return err
+		}
+		if name == m.Grain {
+			grainCol = typ
+		}
+	}
+	rows.Close()
+	if m.Grain != gold.Full && grainCol == "" {
+		return fmt.Errorf("%w: %s: grain %s is not a column of the mart", fault.ErrConfig, m.File, m.Grain)
+	}
+	if m.Grain != gold.Full && grainCol != m.grainType {
+		return fmt.Errorf("%w: %s: grain %s is %s, but the touched by lines give %s", fault.ErrConfig, m.File, m.Grain, grainCol, m.grainType)
+	}
+	var prev sql.NullString
+	var refreshed sql.NullTime
+	err = w.conn.QueryRowContext(ctx, "SELECT sql_hash, refreshed_at FROM lakeflow.gold_marts WHERE mart = ?", m.Name).Scan(&prev, &refreshed)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	m.refreshed = refreshed.Time
+	m.active = true
+	if prev.String == sum {
+		return nil
+	}
+	w.log.Info("building gold mart", "mart", "gold."+m.Name, "file", m.File, "new", !prev.Valid)
+	err = w.inTx(ctx, func(ctx context.Context) error {
+		err := w.exec(ctx, []string{
+			"DROP TABLE IF EXISTS " + m.table(),
+			fmt.Sprintf("CREATE TABLE %s AS SELECT * FROM (%s) LIMIT 0", m.table(), m.SQL),
+			"DELETE FROM lakeflow.gold_pending WHERE mart = " + literal(m.Name),
+			fmt.Sprintf("INSERT OR REPLACE INTO lakeflow.gold_marts VALUES (%s, %s, %s, %s, NULL, NULL)",
+				literal(m.Name), literal(m.File), literal(sum), literal(m.Grain)),
+		})
+		if err != nil {
+			return err
+		}
+		if m.Grain != gold.Full {
+			for _, t := range m.reads {
+				if err := w.touch(ctx, m, t, "silver."+ident(t)); err != nil {
+					return err
+				}
+			}
+		}
+		return w.refreshMart(ctx, m)
+	})
+	if err == nil {
+		m.refreshed = time.Now()
+	}
+	return err
+}
+
+// table is the mart's table.
+func (m *mart) table() string { return "gold." + ident(m.Name) }
+
+// touchedType binds the mart's touched by SQL of silver table t and
+// returns the type it gives.
+func (w *Warehouse) touchedType(ctx context.Context, m *mart, t string) (string, error) {
+	if err := w.changedView(ctx, "silver."+ident(t)); err != nil {
+		return "", err
+	}
+	rows, err := w.conn.QueryContext(ctx, "DESCRIBE "+m.Touched[t])
+	if err != nil {
+		return "", bindError(m.File, m.TouchedLine[t], err)
+	}
+	defer rows.Close()
+	var types []string
+	for rows.Next() {
+		var name, typ string
+		var null, key, def, extra sql.NullString
+		if err := rows.Scan(&name, &typ, &null, &key, &def, &extra); err != nil {
+			return "", err
+		}
+		types = append(types, typ)
+	}
+	if len(types) != 1 {
+		return "", fmt.Errorf("%w: %s:%d: touched by silver.%s gives %d columns; want one, the grain", fault.ErrConfig, m.File, m.TouchedLine[t], t, len(types))
+	}
+	return types[0], rows.Err()
+}
+
+// changedView points the view changed, which touched by SQL reads, at
+// relation rel.
+func (w *Warehouse) changedView(ctx context.Context, rel string) error {
+	_, err := w.conn.ExecContext(ctx, "CREATE OR REPLACE TEMP VIEW changed AS SELECT * FROM "+rel)
+	return err
+}
+
+// refreshTable creates lakeflow_refresh, the grain values a refresh
+// recomputes, with the given type.
+func (w *Warehouse) refreshTable(ctx context.Context, typ string) error {
+	_, err := w.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE lakeflow_refresh (grain %s)", typ))
+	return err
+}
+
+// touch adds the grain values the rows of rel (changed rows of silver
+// table t) touch to the mart's pending ones.
+func (w *Warehouse) touch(ctx context.Context, m *mart, t, rel string) error {
+	if err := w.changedView(ctx, rel); err != nil {
+		return err
+	}
+	_, err := w.conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO lakeflow.gold_pending
+		SELECT DISTINCT %s, g::VARCHAR FROM (%s) AS touched(g) WHERE g IS NOT NULL`, literal(m.Name), m.Touched[t]))
+	if err != nil {
+		return fmt.Errorf("%s:%d: %w", m.File, m.TouchedLine[t], err)
+	}
+	return nil
+}
+
+// refreshMart recomputes the mart's pending partitions (all of it, for a
+// full mart) from silver.
+func (w *Warehouse) refreshMart(ctx context.Context, m *mart) error {
+	var stmts []string
+	if m.Grain == gold.Full {
+		stmts = []string{
+			"DELETE FROM " + m.table(),
+			fmt.Sprintf("INSERT INTO %s SELECT * FROM (%s)", m.table(), m.SQL),
+		}
+	} else {
+		stmts = []string{
+			fmt.Sprintf("CREATE OR REPLACE TEMP TABLE lakeflow_refresh AS SELECT DISTINCT grain::%s AS grain FROM lakeflow.gold_pending WHERE mart = %s",
+				m.grainType, literal(m.Name)),
+			fmt.Sprintf("DELETE FROM %s WHERE %s IN (SELECT grain FROM lakeflow_refresh)", m.table(), ident(m.Grain)),
+			// The SELECT reads lakeflow_refresh for speed; this filter
+			// keeps a refresh to its partitions whatever the SELECT does.
+			fmt.Sprintf("INSERT INTO %s SELECT * FROM (%s) WHERE %s IN (SELECT grain FROM lakeflow_refresh)", m.table(), m.SQL, ident(m.Grain)),
+		}
+	}
+	stmts = append(stmts,
+		"DELETE FROM lakeflow.gold_pending WHERE mart = "+literal(m.Name),
+		fmt.Sprintf("UPDATE lakeflow.gold_marts SET refreshed_at = now(), refreshed_batch = %d WHERE mart = %s", w.batch+1, literal(m.Name)))
+	if err := w.exec(ctx, stmts); err != nil {
+		return fmt.Errorf("refresh gold.%s (%s): %w", m.Name, m.File, err)
+	}
+	return nil
+}
+
+// goldReads lists the tables of the batch that an active mart reads.
+func (w *Warehouse) goldReads(order []*table) []*table {
+	var out []*table
+	for _, t := range order {
+		if slices.ContainsFunc(w.marts, func(m *mart) bool { return m.active && slices.Contains(m.reads, t.schema.Name) }) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// changedTable holds the changed rows of table id: silver's rows of the
+// batch's keys before and after the merge.
+func changedTable(id int) string { return fmt.Sprintf("lakeflow_changed_%d", id) }
+
+// batchKeys is SQL joining silver.T, aliased s, to the keys of the
+// batch's changes of t.
+func batchKeys(t *table) string {
+	var keys, on []string
+	for i, k := range t.schema.KeyColumns() {
+		n := ident(t.schema.Columns[k].Name)
+		keys = append(keys, fmt.Sprintf("COALESCE(after, before).%s AS k%d", n, i))
+		on = append(on, fmt.Sprintf("s.%s = k.k%d", n, i))
+	}
+	return fmt.Sprintf("SEMI JOIN (SELECT DISTINCT %s FROM %s WHERE op <> 't') k ON %s", strings.Join(keys, ", "), rowsTable(t.id), strings.Join(on, " AND "))
+}
+
+// changedBefore keeps silver's rows of the batch's keys of each table in
+// tables (all its rows if the batch truncates it) before the merge.
+func (w *Warehouse) changedBefore(ctx context.Context, tables []*table) error {
+	for _, t := range tables {
+		truncates, err := w.truncates(ctx, t)
+		if err != nil {
+			return err
+		}
+		silver := "silver." + ident(t.schema.Name)
+		q := fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT s.* FROM %s s %s", changedTable(t.id), silver, batchKeys(t))
+		if truncates > 0 {
+			q = fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT * FROM %s", changedTable(t.id), silver)
+		}
+		if _, err := w.conn.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// truncates counts the batch's truncates of t.
+func (w *Warehouse) truncates(ctx context.Context, t *table) (n int, err error) {
+	err = w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE op = 't'", rowsTable(t.id))).Scan(&n)
+	return n, err
+}
+
+// refreshGold adds silver's rows of the batch's keys after the merge to
+// the changed rows, records the partitions they touch for every active
+// mart, and refreshes the marts whose cadence says so.
+func (w *Warehouse) refreshGold(ctx context.Context, tables []*table, now time.Time) (refreshed []*mart, err error) {
+	for _, t := range tables {
+		q := fmt.Sprintf("INSERT INTO %s SELECT s.* FROM silver.%s s %s", changedTable(t.id), ident(t.schema.Name), batchKeys(t))
+		if _, err := w.conn.ExecContext(ctx, q); err != nil {
+			return nil, err
+		}
+	}
+	for _, m := range w.marts {
+		if !m.active {
+			continue
+		}
+		touched := false
+		for _, t := range tables {
+			if !slices.Contains(m.reads, t.schema.Name) {
+				continue
+			}
+			touched = true
+			if m.Grain == gold.Full {
+				_, err = w.conn.ExecContext(ctx, "INSERT INTO lakeflow.gold_pending VALUES (?, 'true')", m.Name)
+			} else {
+				err = w.touch(ctx, m, t.schema.Name, changedTable(t.id))
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		switch {
+		case m.refresh.Manual:
+			continue
+		case m.refresh.Every > 0:
+			if now.Sub(m.refreshed) < m.refresh.Every {
+				continue
+			}
+		case !touched:
+			continue
+		}
+		if err := w.refreshMart(ctx, m); err != nil {
+			return nil, err
+		}
+		refreshed = append(refreshed, m)
+	}
+	return refreshed, nil
+}

@@ -1,0 +1,122 @@
+package warehouse
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/sql/gold"
+)
+
+// byName counts acct's live rows per name.
+const byName = `-- grain: name
+-- touched by silver.acct: name
+SELECT name, count(*) AS n
+FROM silver.acct
+WHERE NOT _deleted AND name IN (SELECT grain FROM lakeflow_refresh)
+GROUP BY name
+`
+
+func (f *fixture) marts(files map[string]string, refresh map[string]config.Refresh) error {
+	f.t.Helper()
+	fsys := fstest.MapFS{}
+	for name, text := range files {
+		fsys[name] = &fstest.MapFile{Data: []byte(text)}
+	}
+	marts, err := gold.Load(fsys, "gold")
+	if err != nil {
+		return err
+	}
+	return f.wh.SetMarts(context.Background(), marts, refresh, []string{"acct"})
+}
+
+// gold renders a mart as "grain value rowid" lines.
+func (f *fixture) gold(query string) string {
+	f.t.Helper()
+	var s string
+	if err := f.wh.conn.QueryRowContext(context.Background(), "SELECT coalesce(string_agg(x, chr(10) ORDER BY x), '') FROM ("+query+") t(x)").Scan(&s); err != nil {
+		f.t.Fatal(err)
+	}
+	return s
+}
+
+// TestRefreshRewritesTheTouchedPartitionsOnly: a batch that changes the
+// rows of one name rewrites that name's row of the mart and no other
+// (rowids stay), in both its old and its new partition.
+func TestRefreshRewritesTheTouchedPartitionsOnly(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	f.apply(f.rec(change.OpCreate, 100, 1, "1", "a", ""), f.rec(change.OpCreate, 100, 2, "2", "b", ""),
+		f.rec(change.OpCreate, 100, 3, "3", "c", ""), f.rec(change.OpCreate, 100, 4, "4", "c", ""))
+	if err := f.marts(map[string]string{"by_name.sql": byName}, nil); err != nil {
+		t.Fatal(err)
+	}
+	const rows = "SELECT name || ' ' || n || ' ' || rowid FROM gold.by_name"
+	before := f.gold(rows)
+	if before != "a 1 0\nb 1 1\nc 2 2" {
+		t.Fatalf("gold.by_name built whole:\n%s", before)
+	}
+	f.apply(f.rec(change.OpUpdate, 200, 1, "4", "a", "")) // moves one row from c to a
+	after := strings.Split(f.gold(rows), "\n")
+	if len(after) != 3 || !strings.HasPrefix(after[0], "a 2 ") || after[1] != "b 1 1" || !strings.HasPrefix(after[2], "c 1 ") ||
+		after[0] == "a 2 0" || after[2] == "c 1 2" {
+		t.Fatalf("after the batch:\n%s\nwant b's row untouched (rowid 1), a's and c's rewritten (new rowids)", strings.Join(after, "\n"))
+	}
+	f.apply(f.rec(change.OpDelete, 300, 1, "2", "b", ""), f.rec(change.OpCreate, 300, 2, "5", "d", ""))
+	if got, want := f.gold("SELECT name || ' ' || n FROM gold.by_name"), "a 2\nc 1\nd 1"; got != want {
+		t.Fatalf("after a delete and an insert:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestManualAndIntervalMartsWait: a manual mart is refreshed only when
+// asked; its touched partitions wait in lakeflow.gold_pending.
+func TestManualAndIntervalMartsWait(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	if err := f.marts(map[string]string{"by_name.sql": byName}, map[string]config.Refresh{"by_name": {Manual: true}}); err != nil {
+		t.Fatal(err)
+	}
+	f.apply(f.rec(change.OpCreate, 100, 1, "1", "a", ""))
+	if got := f.gold("SELECT name FROM gold.by_name"); got != "" {
+		t.Fatalf("a manual mart was refreshed by a batch: %q", got)
+	}
+	if got := f.gold("SELECT mart || ' ' || grain FROM lakeflow.gold_pending"); got != "by_name a" {
+		t.Fatalf("pending partitions %q", got)
+	}
+}
+
+// TestBadMartsAreRefusedWithFileAndLine: each mistake names the file and
+// line; a mart reading a table that is not captured is skipped.
+func TestBadMartsAreRefusedWithFileAndLine(t *testing.T) {
+	for name, tc := range map[string]struct{ text, want string }{
+		"parse":          {"-- grain: name\n-- touched by silver.acct: name\nSELECT name\nFROM WHERE silver.acct\n", "gold/m.sql:4: syntax error"},
+		"missing column": {"-- grain: name\n-- touched by silver.acct: name\nSELECT name,\n  nme AS n\nFROM silver.acct\n", "gold/m.sql:4: Binder Error"},
+		"no touched":     {"-- grain: name\nSELECT name FROM silver.acct\n", `it reads silver.acct but says nothing`},
+		"no grain":       {"SELECT name FROM silver.acct\n", `lacks "-- grain`},
+		"grain column":   {"-- grain: nom\n-- touched by silver.acct: name\nSELECT name FROM silver.acct\n", "grain nom is not a column"},
+		"not silver":     {"-- grain: full\nSELECT * FROM lakeflow.batches\n", "reads silver tables only"},
+		"bad touched":    {"-- grain: name\n-- touched by silver.acct: nme\nSELECT name FROM silver.acct\n", "gold/m.sql:2: Binder Error"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			defer f.close()
+			err := f.marts(map[string]string{"m.sql": tc.text}, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("want an error containing %q, got %v", tc.want, err)
+			}
+			if name != "no grain" && !errors.Is(err, fault.ErrConfig) {
+				t.Fatalf("want a configuration error, got %v", err)
+			}
+		})
+	}
+	f := newFixture(t)
+	defer f.close()
+	if err := f.marts(map[string]string{"m.sql": "-- grain: full\nSELECT * FROM silver.other\n"}, nil); err != nil {
+		t.Fatalf("a mart over a table that is not captured: want it skipped, got %v", err)
+	}
+}
