@@ -10,16 +10,9 @@ import (
 	_ "github.com/duckdb/duckdb-go/v2" // DuckDB parses and binds the rules
 )
 
-// volatile are functions a rule may not call: they have side effects, or
-// give another answer when the same change is checked again (a replay, a
-// backfill, a time-travel query), so stream and rebuild would disagree.
-var volatile = map[string]bool{
-	"random": true, "setseed": true, "nextval": true, "currval": true, "uuid": true, "gen_random_uuid": true,
-	"uuidv4": true, "uuidv7": true, "now": true, "current_timestamp": true, "get_current_timestamp": true,
-	"current_date": true, "current_time": true, "today": true, "get_current_time": true, "transaction_timestamp": true,
-	"getenv": true, "current_setting": true, "txid_current": true, "read_csv": true, "read_parquet": true,
-	"read_json": true, "glob": true, "query": true, "query_table": true,
-}
+// environmental are functions DuckDB calls consistent that still answer
+// from outside the row (the process's environment and settings).
+var environmental = map[string]bool{"getenv": true, "current_setting": true}
 
 // checkRules checks every check expression of c: one SQL boolean
 // expression over a row of the table's columns, without subqueries,
@@ -33,7 +26,7 @@ func checkRules(c *Contract) error {
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	aggregates, err := aggregateNames(db)
+	fns, err := functionKinds(db)
 	if err != nil {
 		return err
 	}
@@ -43,7 +36,7 @@ func checkRules(c *Contract) error {
 		if r.Check == "" {
 			continue
 		}
-		if err := checkExpression(db, row, r.Check, aggregates); err != nil {
+		if err := checkExpression(db, row, r.Check, fns); err != nil {
 			problems = append(problems, fmt.Errorf("%s:%d: rule %s: %v", c.File, r.line, r.Name, err))
 		}
 	}
@@ -60,7 +53,7 @@ func RowSQL(c *Contract) string {
 	return "SELECT " + strings.Join(cols, ", ")
 }
 
-func checkExpression(db *sql.DB, row, check string, aggregates map[string]bool) error {
+func checkExpression(db *sql.DB, row, check string, fns functions) error {
 	var ast string
 	if err := db.QueryRow("SELECT json_serialize_sql(?::VARCHAR)::VARCHAR", "SELECT "+check).Scan(&ast); err != nil {
 		return err
@@ -90,7 +83,7 @@ func checkExpression(db *sql.DB, row, check string, aggregates map[string]bool) 
 	if len(list) != 1 || from["type"] != "EMPTY" || node["where_clause"] != nil || len(node["modifiers"].([]any)) > 0 {
 		return fmt.Errorf("check %q is not one expression", check)
 	}
-	if err := walk(list[0], aggregates); err != nil {
+	if err := walk(list[0], fns); err != nil {
 		return fmt.Errorf("check %q: %v", check, err)
 	}
 	var typ string
@@ -104,9 +97,9 @@ func checkExpression(db *sql.DB, row, check string, aggregates map[string]bool) 
 	return nil
 }
 
-// walk refuses subqueries, window functions, aggregates and volatile
-// functions anywhere in an expression tree.
-func walk(n any, aggregates map[string]bool) error {
+// walk refuses subqueries, window functions, aggregates and functions
+// whose answer can change anywhere in an expression tree.
+func walk(n any, fns functions) error {
 	switch v := n.(type) {
 	case map[string]any:
 		switch v["class"] {
@@ -117,21 +110,21 @@ func walk(n any, aggregates map[string]bool) error {
 		case "FUNCTION":
 			name, _ := v["function_name"].(string)
 			name = strings.ToLower(name)
-			if volatile[name] {
-				return fmt.Errorf("%s() is not allowed: a rule must give the same answer whenever the change is checked", name)
+			if fns.unstable[name] || environmental[name] {
+				return fmt.Errorf("%s() is not allowed: a rule must give the same answer whenever the change is checked (a replay, a backfill)", name)
 			}
-			if aggregates[name] {
+			if fns.aggregate[name] {
 				return fmt.Errorf("the aggregate %s() is not allowed: a rule judges one row", name)
 			}
 		}
 		for _, child := range v {
-			if err := walk(child, aggregates); err != nil {
+			if err := walk(child, fns); err != nil {
 				return err
 			}
 		}
 	case []any:
 		for _, child := range v {
-			if err := walk(child, aggregates); err != nil {
+			if err := walk(child, fns); err != nil {
 				return err
 			}
 		}
@@ -139,21 +132,34 @@ func walk(n any, aggregates map[string]bool) error {
 	return nil
 }
 
-func aggregateNames(db *sql.DB) (map[string]bool, error) {
-	rows, err := db.Query("SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_type = 'aggregate'")
+// functions classifies DuckDB's functions: aggregates, and those whose
+// answer is not a function of their arguments (random(), now(), error()).
+type functions struct {
+	aggregate, unstable map[string]bool
+}
+
+func functionKinds(db *sql.DB) (functions, error) {
+	fns := functions{aggregate: map[string]bool{}, unstable: map[string]bool{}}
+	rows, err := db.Query(`SELECT DISTINCT function_name, function_type = 'aggregate', stability <> 'CONSISTENT' FROM duckdb_functions()
+		WHERE function_type IN ('aggregate', 'scalar', 'macro')`)
 	if err != nil {
-		return nil, err
+		return fns, err
 	}
 	defer rows.Close()
-	out := map[string]bool{}
 	for rows.Next() {
 		var n string
-		if err := rows.Scan(&n); err != nil {
-			return nil, err
+		var agg, unstable sql.NullBool
+		if err := rows.Scan(&n, &agg, &unstable); err != nil {
+			return fns, err
 		}
-		out[n] = true
+		if agg.Bool {
+			fns.aggregate[n] = true
+		}
+		if unstable.Bool {
+			fns.unstable[n] = true
+		}
 	}
-	return out, rows.Err()
+	return fns, rows.Err()
 }
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }

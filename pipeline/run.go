@@ -40,7 +40,7 @@ type Options struct {
 // Run runs the pipeline. Cancelling ctx (Ctrl-C) finishes the in-flight
 // batch and returns nil.
 func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger) error {
-	set, err := loadContracts(cfg)
+	set, err := loadContracts(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -207,8 +207,9 @@ func (e *environment) stop(log *slog.Logger) {
 
 // loadContracts loads the contracts of contracts.dir and checks that an
 // existence rule names a captured table. A contract of a table that is
-// not captured is left alone.
-func loadContracts(cfg *config.Config) (contracts.Set, error) {
+// not captured is left alone, with a warning (a misspelt table would
+// otherwise leave its rules silently unused).
+func loadContracts(cfg *config.Config, log *slog.Logger) (contracts.Set, error) {
 	set, err := contracts.Load(cfg.Contracts.Dir)
 	if err != nil {
 		return nil, err
@@ -220,6 +221,7 @@ func loadContracts(cfg *config.Config) (contracts.Set, error) {
 	var problems []string
 	for id, c := range set {
 		if !captured[id] {
+			log.Warn("contract of a table that is not captured (not in source.tables): its rules do not run", "contract", c.File, "table", id)
 			continue
 		}
 		for _, r := range c.Rules {

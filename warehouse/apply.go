@@ -143,7 +143,7 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, touched map[*table]b
 			return files, fmt.Errorf("write lake files of %s: %w", t.schema.ID(), err)
 		}
 	}
-	df, err := w.writeDeadLetters(ctx, len(dead))
+	df, err := w.writeDeadLetters(ctx, len(dead), b.Positions)
 	files = append(files, df...)
 	if err != nil {
 		return files, fmt.Errorf("write lake files of dead letters: %w", err)

@@ -84,12 +84,13 @@ func (w *Warehouse) deadLetters(ctx context.Context, positions map[string]TopicP
 
 // writeDeadLetters keeps the batch's dead letters in the lake too, so the
 // lake holds every record: _dlq/<topic>/date=<day they died>/, one file
-// per topic partition.
-func (w *Warehouse) writeDeadLetters(ctx context.Context, n int) ([]lake.File, error) {
+// per topic partition, recorded in lakeflow.lake_files (source_table
+// _dlq) like the tables' files, so a crash after the commit publishes it.
+func (w *Warehouse) writeDeadLetters(ctx context.Context, n int, positions map[string]TopicPosition) ([]lake.File, error) {
 	if n == 0 {
 		return nil, nil
 	}
-	rows, err := w.conn.QueryContext(ctx, `SELECT topic, "partition", min("offset"), max("offset"), min(_cdc_seq), max(_cdc_seq) FROM lakeflow_dead GROUP BY ALL ORDER BY ALL`)
+	rows, err := w.conn.QueryContext(ctx, `SELECT topic, "partition", min("offset"), max("offset"), min(_cdc_seq), max(_cdc_seq), count(*) FROM lakeflow_dead GROUP BY ALL ORDER BY ALL`)
 	if err != nil {
 		return nil, err
 	}
@@ -97,11 +98,12 @@ func (w *Warehouse) writeDeadLetters(ctx context.Context, n int) ([]lake.File, e
 		topic          string
 		span           lake.Span
 		minSeq, maxSeq *uint64
+		n              int64
 	}
 	var groups []group
 	for rows.Next() {
 		var g group
-		if err := rows.Scan(&g.topic, &g.span.Partition, &g.span.First, &g.span.Last, &g.minSeq, &g.maxSeq); err != nil {
+		if err := rows.Scan(&g.topic, &g.span.Partition, &g.span.First, &g.span.Last, &g.minSeq, &g.maxSeq, &g.n); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -127,7 +129,18 @@ func (w *Warehouse) writeDeadLetters(ctx context.Context, n int) ([]lake.File, e
 		if err := lake.Sync(f.Staging); err != nil {
 			return files, err
 		}
-		if _, err := os.Stat(f.Staging); err != nil {
+		fi, err := os.Stat(f.Staging)
+		if err != nil {
+			return files, err
+		}
+		var minSeq, maxSeq uint64
+		if g.minSeq != nil {
+			minSeq, maxSeq = *g.minSeq, *g.maxSeq
+		}
+		_, err = w.conn.ExecContext(ctx, "INSERT INTO lakeflow.lake_files VALUES (?, ?, ?::DATE, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+			f.Path, deadLetterDir, day, g.topic, g.span.Partition, g.span.First, g.span.Last, g.n,
+			minSeq, maxSeq, fi.Size(), time.Now().UTC(), positions[g.topic].ID, w.batch+1)
+		if err != nil {
 			return files, err
 		}
 	}

@@ -35,11 +35,57 @@ type rule struct {
 func (w *Warehouse) SetContracts(ctx context.Context, set contracts.Set) error {
 	w.contracts = set
 	for topic, t := range w.byTopic {
-		if t = w.register(topic, t.schema); t.history {
+		t = w.register(topic, t.schema)
+		if err := w.checkRules(ctx, t); err != nil {
+			return err
+		}
+		if t.history {
 			if err := w.startHistory(ctx, t); err != nil {
 				return fmt.Errorf("start the history of %s: %w", t.schema.ID(), err)
 			}
 		}
+	}
+	return nil
+}
+
+// checkRules binds t's rules against its columns as silver holds them: a
+// contract that names a column the source table does not have is refused
+// here, naming the file, not in the middle of a batch.
+func (w *Warehouse) checkRules(ctx context.Context, t *table) error {
+	c := w.contracts.For(t.schema.Schema, t.schema.Name)
+	if c == nil {
+		return nil
+	}
+	cols := make([]string, len(t.schema.Columns))
+	names := make([]string, len(t.schema.Columns))
+	for i, col := range t.schema.Columns {
+		cols[i] = fmt.Sprintf("CAST(NULL AS %s) AS %s", duckType(col.Type).duck, ident(col.Name))
+		names[i] = col.Name
+	}
+	has := func(tb *change.Table, col string) bool { return tb.Column(col) >= 0 }
+	var problems []string
+	for _, r := range t.rules {
+		if r.Check != "" {
+			q := fmt.Sprintf("DESCRIBE SELECT (%s) FROM (SELECT %s)", r.Check, strings.Join(cols, ", "))
+			if _, err := w.conn.ExecContext(ctx, q); err != nil {
+				msg, _, _ := strings.Cut(err.Error(), "\n")
+				problems = append(problems, fmt.Sprintf("rule %s: %s", r.Name, msg))
+			}
+			continue
+		}
+		u := w.tables[r.References.Table.String()]
+		for _, pair := range r.References.Columns {
+			if !has(t.schema, pair[0]) {
+				problems = append(problems, fmt.Sprintf("rule %s: %s has no column %s", r.Name, t.schema.ID(), pair[0]))
+			}
+			if u != nil && !has(u.schema, pair[1]) {
+				problems = append(problems, fmt.Sprintf("rule %s: %s has no column %s", r.Name, u.schema.ID(), pair[1]))
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: contract %s does not fit the source table %s (columns %s): %s", fault.ErrConfig, c.File, t.schema.ID(),
+			strings.Join(names, ", "), strings.Join(problems, "; "))
 	}
 	return nil
 }
@@ -97,17 +143,49 @@ func (w *Warehouse) applyRules(ctx context.Context, order []*table) (quarantined
 			}
 		}
 	}
-	for _, t := range judged {
+	// A change held back for a reference is gone for the references to
+	// it: a table's existence rules run after those of the tables it
+	// references.
+	done := map[*table]bool{}
+	var check func(t *table) error
+	check = func(t *table) error {
+		if done[t] {
+			return nil
+		}
+		done[t] = true // a cycle of references is checked in any order
 		for _, r := range t.rules {
 			if r.References == nil {
 				continue
 			}
 			u := w.tables[r.References.Table.String()]
 			if u == nil {
-				return 0, 0, fmt.Errorf("%s: rule %s references %s, which is not captured", t.schema.ID(), r.Name, r.References.Table)
+				return fmt.Errorf("%s: rule %s references %s, which is not captured", t.schema.ID(), r.Name, r.References.Table)
 			}
-			if err := add(referenceSQL(t, u, r.Rule, touched[u])); err != nil {
-				return 0, 0, fmt.Errorf("check rule %s: %w", r.Name, err)
+			if err := check(u); err != nil {
+				return err
+			}
+		}
+		for _, r := range t.rules {
+			if r.References == nil {
+				continue
+			}
+			u := w.tables[r.References.Table.String()]
+			truncates := 0
+			if touched[u] {
+				if truncates, err = w.truncates(ctx, u); err != nil {
+					return err
+				}
+			}
+			if err := add(referenceSQL(t, u, r.Rule, touched[u], truncates > 0)); err != nil {
+				return fmt.Errorf("check rule %s: %w", r.Name, err)
+			}
+		}
+		return nil
+	}
+	for _, t := range judged {
+		if touched[t] {
+			if err := check(t); err != nil {
+				return 0, 0, err
 			}
 		}
 	}
@@ -194,7 +272,7 @@ func (w *Warehouse) stopOnFail(ctx context.Context, judged []*table, failed func
 	if c := w.contracts[at]; c != nil {
 		file = c.File
 	}
-	return fmt.Errorf("%w: %s row %s at %s failed %s, whose action is fail: ingestion stopped before applying it; correct the row in the source, or change the rule's action in %s",
+	return fmt.Errorf("%w: %s row %s at %s failed %s, whose action is fail: ingestion stopped before applying its batch, and the change stays in Kafka; to go on, change the rule or its action (quarantine, warn) in %s",
 		fault.ErrCheckFailed, at, key, *first, rules, file)
 }
 
@@ -226,53 +304,72 @@ func keyJSON(t *table, r string) string {
 }
 
 // rowRulesSQL adds the failures of the table's changes against its row
-// rules to lakeflow_failures. A rule fails when its check is false; NULL
-// passes, as in a CHECK constraint.
+// rules to lakeflow_failures. A rule sees the values as silver will hold
+// them. It fails when its check is false, or cannot be evaluated for the
+// row (a cast that fails); NULL passes, as in a CHECK constraint.
 func rowRulesSQL(t *table) string {
 	var cases, pass []string
 	for _, r := range t.rules {
 		if r.Check != "" {
-			cases = append(cases, fmt.Sprintf("CASE WHEN (%s) IS FALSE THEN %s END", r.Check, literal(string(r.Action)+" "+r.Name)))
-			pass = append(pass, fmt.Sprintf("(%s) IS NOT FALSE", r.Check))
+			ok := fmt.Sprintf("try(coalesce((%s), true)) IS TRUE", r.Check)
+			cases = append(cases, fmt.Sprintf("CASE WHEN NOT (%s) THEN %s END", ok, literal(string(r.Action)+" "+r.Name)))
+			pass = append(pass, ok)
 		}
 	}
 	if len(cases) == 0 {
 		return ""
+	}
+	cols := make([]string, len(t.schema.Columns))
+	for i, c := range t.schema.Columns {
+		cols[i] = columnValue(c, "s.after") + " AS " + ident(c.Name)
 	}
 	// Most changes pass every rule: the list of the rules a change fails
 	// is built for the others only.
 	return fmt.Sprintf(`INSERT INTO lakeflow_failures
 SELECT %d, lakeflow_partition, lakeflow_offset, substr(failure, strpos(failure, ' ') + 1), split_part(failure, ' ', 1)
 FROM (SELECT lakeflow_partition, lakeflow_offset, unnest(list_filter([%s], x -> x IS NOT NULL)) AS failure
-      FROM (SELECT unnest(after), kafka_partition AS lakeflow_partition, kafka_offset AS lakeflow_offset FROM %s WHERE op IN ('c', 'u', 'r'))
+      FROM (SELECT %s, s.kafka_partition AS lakeflow_partition, s.kafka_offset AS lakeflow_offset FROM %s s WHERE s.op IN ('c', 'u', 'r'))
       WHERE NOT (%s))`,
-		t.id, strings.Join(cases, ", "), rowsTable(t.id), strings.Join(pass, " AND "))
+		t.id, strings.Join(cases, ", "), strings.Join(cols, ", "), rowsTable(t.id), strings.Join(pass, " AND "))
 }
 
 // referenceSQL adds the failures of the existence rule r of table t: the
-// row of u its columns name exists, not deleted, as of the change's
-// position — in this batch's changes of u that were not held back (before
-// it), else in silver as the batch found it. A change whose columns are
-// NULL refers to nothing and passes.
-func referenceSQL(t, u *table, r contracts.Rule, uTouched bool) string {
-	var evCols, refCols, on, silverOn, notNull []string
+// row of u its columns name exists, not deleted, when the change's
+// transaction commits (as a deferred foreign key is checked) — after this
+// batch's changes of u up to that transaction that were not held back,
+// else in silver as the batch found it. Snapshot rows share one
+// position, so a snapshot row finds the snapshot's rows. A truncate of u
+// (uTruncated: the batch has one) removes every row before it. A change
+// whose columns are NULL refers to nothing and passes.
+func referenceSQL(t, u *table, r contracts.Rule, uTouched, uTruncated bool) string {
+	var evCols, refCols, refKeys, on, silverOn, notNull []string
 	for i, pair := range r.References.Columns {
 		k := fmt.Sprintf("k%d", i)
 		evCols = append(evCols, fmt.Sprintf("after.%s AS %s", ident(pair[0]), k))
 		refCols = append(refCols, fmt.Sprintf("COALESCE(after, before).%s AS %s", ident(pair[1]), k))
+		refKeys = append(refKeys, k)
 		on = append(on, fmt.Sprintf("ref.%s = ev.%s", k, k))
 		silverOn = append(silverOn, fmt.Sprintf("s.%s = ev.%s", ident(pair[1]), k))
 		notNull = append(notNull, "ev."+k+" IS NOT NULL")
 	}
-	pos := "(_cdc_seq::HUGEINT * 4294967296 + _cdc_ord)"
 	silver := fmt.Sprintf("EXISTS (SELECT 1 FROM silver.%s s WHERE %s AND NOT s._deleted)", ident(u.schema.Name), strings.Join(silverOn, " AND "))
 	alive := silver
-	from := fmt.Sprintf("(SELECT kafka_partition, kafka_offset, %s, %s AS pos FROM %s WHERE op IN ('c', 'u', 'r')) ev", strings.Join(evCols, ", "), pos, rowsTable(t.id))
+	from := fmt.Sprintf("(SELECT kafka_partition, kafka_offset, %s, _cdc_seq AS seq FROM %s WHERE op IN ('c', 'u', 'r')) ev",
+		strings.Join(evCols, ", "), rowsTable(t.id))
 	if uTouched {
-		from += fmt.Sprintf(` ASOF LEFT JOIN (SELECT %s, %s AS pos, op <> 'd' AS alive FROM %s u%s
-				WHERE op <> 't') ref
-			ON %s AND ev.pos > ref.pos`, strings.Join(refCols, ", "), pos, rowsTable(u.id), withoutHeldBack(u.id, "u"), strings.Join(on, " AND "))
+		// The last change of each key in each transaction.
+		from += fmt.Sprintf(` ASOF LEFT JOIN (SELECT %s, _cdc_seq AS seq, _cdc_ord AS ord, op <> 'd' AS alive FROM %s u%s
+				WHERE op <> 't' QUALIFY row_number() OVER (PARTITION BY %s, _cdc_seq ORDER BY _cdc_ord DESC) = 1) ref
+			ON %s AND ev.seq >= ref.seq`, strings.Join(refCols, ", "), rowsTable(u.id), withoutHeldBack(u.id, "u"),
+			strings.Join(refKeys, ", "), strings.Join(on, " AND "))
 		alive = "coalesce(ref.alive, " + silver + ")"
+		if uTruncated {
+			// The last truncate of u up to the change's transaction, if
+			// it came after the key's last change.
+			alive = fmt.Sprintf(`CASE WHEN EXISTS (SELECT 1 FROM %s tr WHERE tr.op = 't' AND tr._cdc_seq <= ev.seq
+				AND (ref.seq IS NULL OR tr._cdc_seq > ref.seq OR (tr._cdc_seq = ref.seq AND tr._cdc_ord > ref.ord))) THEN false ELSE %s END`,
+				rowsTable(u.id), alive)
+		}
 	}
 	return fmt.Sprintf(`INSERT INTO lakeflow_failures SELECT %d, ev.kafka_partition, ev.kafka_offset, %s, %s FROM %s WHERE %s AND NOT %s`,
 		t.id, literal(r.Name), literal(string(r.Action)), from, strings.Join(notNull, " AND "), alive)

@@ -103,6 +103,9 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 			delete(w.byTopic, prev.topic)
 		}
 		t := w.register(s.Topic, s.Table)
+		if err := w.checkRules(ctx, t); err != nil {
+			return err
+		}
 		switch {
 		case prev == nil:
 			if err := w.scanLake(t); err != nil {

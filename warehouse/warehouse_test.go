@@ -570,3 +570,46 @@ action = "warn"
 		}
 	}
 }
+
+// TestRulesSeeSilverValues: a rule sees the values silver holds (an
+// interval is an interval, not the lake's text), and a row it cannot
+// evaluate (a cast that fails) fails it instead of stopping the batch.
+func TestRulesSeeSilverValues(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	f.withContract(`[[rules]]
+name = "short"
+check = "span < INTERVAL '2 days'"
+[[rules]]
+name = "numeric_name"
+check = "CAST(name AS INTEGER) > 0"
+`)
+	f.apply(f.rec(change.OpCreate, 100, 1, "1", "5", "P1D"), f.rec(change.OpCreate, 100, 2, "2", "abc", "P1D"),
+		f.rec(change.OpCreate, 100, 3, "3", "7", "P3D"))
+	expect(t, f.silver(), "1 5 1 day @100/1")
+	if got, want := f.quarantine(), `{"id":2} acct.numeric_name quarantine; {"id":3} acct.short quarantine`; got != want {
+		t.Fatalf("quarantine %q, want %q", got, want)
+	}
+}
+
+// TestContractThatDoesNotFitTheSourceIsRefused: a contract column the
+// source table lacks (a typo), checked by a rule, is refused when the
+// contract meets the table, naming the file.
+func TestContractThatDoesNotFitTheSourceIsRefused(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	dir := t.TempDir()
+	body := "table = \"public.acct\"\nkey = [\"id\"]\n[[columns]]\nname = \"id\"\ntype = \"integer\"\n[[columns]]\nname = \"nmae\"\ntype = \"text\"\nnullable = false\n"
+	if err := os.WriteFile(filepath.Join(dir, "acct.toml"), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	set, err := contracts.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = f.wh.SetContracts(context.Background(), set)
+	if !errors.Is(err, fault.ErrConfig) || !strings.Contains(err.Error(), "acct.toml does not fit the source table public.acct") ||
+		!strings.Contains(err.Error(), "acct.nmae_not_null") {
+		t.Fatalf("want the contract refused, naming file and rule; got %v", err)
+	}
+}

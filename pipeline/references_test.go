@@ -1,0 +1,94 @@
+package pipeline
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lakeflow/lakeflow/pipeline/demo"
+	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
+)
+
+// orphans lists the live silver orders whose customer is not live, and
+// the live items whose order is not.
+func orphans(t *testing.T, h *harness) string {
+	t.Helper()
+	db := openDuck(t, h.cfg.Warehouse.Path)
+	defer db.Close()
+	var s string
+	queryRow(t, db, `SELECT coalesce(string_agg(x, ', ' ORDER BY x), '') FROM (
+		SELECT 'order ' || o.id AS x FROM silver.orders o
+		WHERE NOT o._deleted AND NOT EXISTS (SELECT 1 FROM silver.customers c WHERE c.id = o.customer_id AND NOT c._deleted)
+		UNION ALL
+		SELECT 'item ' || i.order_id || '/' || i.line_no FROM silver.order_items i
+		WHERE NOT i._deleted AND NOT EXISTS (SELECT 1 FROM silver.orders o WHERE o.id = i.order_id AND NOT o._deleted))`, &s)
+	return s
+}
+
+// TestReferencesAsOfCommit: orders.customer_exists judges the customer as
+// the order's transaction commits (a deferred foreign key): an order
+// written before its customer in one transaction passes; one whose
+// customer the same transaction deletes, or truncates, fails; orders the
+// initial snapshot takes find the snapshot's customers.
+func TestReferencesAsOfCommit(t *testing.T) {
+	h := newHarness(t, qualified(demoTables)...)
+	useDemoContracts(t, h)
+	if err := demo.Setup(context.Background(), h.dsn); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, h.dsn, `INSERT INTO orders (id, customer_id, status, total_cents, currency)
+		SELECT g, g, 'pending', 100, 'EUR' FROM generate_series(1, 5) g`)
+	h.run(t, Options{Workload: func(ctx context.Context, dsn string) error {
+		return applySteps(ctx, dsn, [][]string{
+			{`INSERT INTO orders (id, customer_id, status, total_cents, currency) VALUES (8001, 8001, 'pending', 100, 'EUR')`,
+				`INSERT INTO customers (id, email, name, country, segment) VALUES (8001, 'a@example.com', 'A', 'FR', 'consumer')`},
+			{`INSERT INTO orders (id, customer_id, status, total_cents, currency) VALUES (8002, 6, 'pending', 100, 'EUR')`,
+				`DELETE FROM customers WHERE id = 6`},
+			{`TRUNCATE customers CASCADE`},
+			{`INSERT INTO orders (id, customer_id, status, total_cents, currency) VALUES (8003, 7, 'pending', 100, 'EUR')`},
+		})
+	}})
+	got := strings.Join(quarantined(t, h), "\n")
+	for _, want := range []string{`public.orders {"id":8002} orders.customer_exists`, `public.orders {"id":8003} orders.customer_exists`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("quarantine lacks %s:\n%s", want, got)
+		}
+	}
+	if strings.Count(got, "customer_exists") != 2 {
+		t.Errorf("want exactly orders 8002 and 8003 quarantined for customer_exists:\n%s", got)
+	}
+}
+
+// TestReferenceChainsHoldBack: an item whose order is held back in the
+// same batch is held back too (order_items → orders → customers), after
+// a restart as in the first run.
+func TestReferenceChainsHoldBack(t *testing.T) {
+	h := newHarness(t, qualified(demoTables)...)
+	useDemoContracts(t, h)
+	p := filepath.Join(h.cfg.Contracts.Dir, "order_items.toml")
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = append(data, "\n[[rules]]\nname = \"order_exists\"\nreferences = \"public.orders\"\non = { order_id = \"id\" }\n"...)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := demo.Setup(context.Background(), h.dsn); err != nil {
+		t.Fatal(err)
+	}
+	h.run(t, Options{})
+	h.run(t, Options{Workload: func(ctx context.Context, dsn string) error {
+		return applySteps(ctx, dsn, [][]string{{
+			`INSERT INTO orders (id, customer_id, status, total_cents, currency) VALUES (7001, 777777, 'pending', 100, 'EUR')`,
+			`INSERT INTO order_items VALUES (7001, 1, 1, 1, 100)`}})
+	}})
+	if o := orphans(t, h); o != "" {
+		t.Fatalf("live rows whose reference is held back: %s", o)
+	}
+	if got := strings.Join(quarantined(t, h), "\n"); !strings.Contains(got, "order_items.order_exists") {
+		t.Fatalf("the item is not quarantined:\n%s", got)
+	}
+}
