@@ -35,7 +35,7 @@ func main() {
 		Name:           "lakeflow",
 		Usage:          "PostgreSQL WAL → Kafka → Parquet lake + DuckDB warehouse, in one process",
 		Flags:          commonFlags(),
-		Commands:       []*cli.Command{runCommand(), contractsCommand()},
+		Commands:       []*cli.Command{runCommand(), contractsCommand(), backfillCommand()},
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError:   usageError,
 		CommandNotFound: func(_ *cli.Context, name string) {

@@ -107,11 +107,16 @@ func (c *consumer) run(ctx context.Context) error {
 			}
 		}
 		if target != nil && len(c.pending) == 0 && len(c.marks) == 0 && reached(c.seen, target) {
-			return nil
+			return c.wh.RefreshDue(ctx, true)
 		}
-		// New tables show up in the schema topic; look while idle.
+		// New tables show up in the schema topic, and gold marts
+		// refreshed at an interval come due: look while idle.
 		if len(c.pending) == 0 && time.Since(c.synced) >= c.cfg.BatchInterval {
-			if err := c.syncSchemas(ctx); err != nil {
+			err := c.syncSchemas(ctx)
+			if err == nil {
+				err = c.wh.RefreshDue(ctx, false)
+			}
+			if err != nil {
 				if ctx.Err() != nil {
 					return c.finish(ctx.Err())
 				}

@@ -135,9 +135,13 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, touched map[*table]b
 	}
 	st.Dead = dead
 	st.Decode = since()
+	floor := w.floor
+	if b.Watermark != nil {
+		floor = max(floor, b.Watermark.Seq)
+	}
 	var files []lake.File
 	for _, t := range order {
-		tf, err := w.writeLake(ctx, t, b.Positions[t.topic].ID)
+		tf, err := w.writeLake(ctx, t, b.Positions[t.topic].ID, floor)
 		files = append(files, tf...)
 		if err != nil {
 			return files, fmt.Errorf("write lake files of %s: %w", t.schema.ID(), err)
@@ -154,21 +158,35 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, touched map[*table]b
 		}
 	}
 	st.Lake = since()
-	if st.Quarantined, st.Warned, err = w.applyRules(ctx, order); err != nil {
+	if err := w.applyRows(ctx, order, keyOnly, st, since); err != nil {
 		return files, err
+	}
+	if err := w.saveOffsets(ctx, b.Positions); err != nil {
+		return files, err
+	}
+	return files, w.recordBatch(ctx, b)
+}
+
+// applyRows applies the decoded rows of the batch's tables (order): the
+// contract rules and quarantine, the history, the merge into silver and
+// the gold marts. The stream and the backfill both come here.
+func (w *Warehouse) applyRows(ctx context.Context, order []*table, keyOnly map[*table]bool, st *BatchStats, since func() time.Duration) error {
+	var err error
+	if st.Quarantined, st.Warned, err = w.applyRules(ctx, order); err != nil {
+		return err
 	}
 	st.Rules = since()
 	for _, t := range order {
 		if t.history {
 			if err := w.recordHistory(ctx, t); err != nil {
-				return files, fmt.Errorf("record the history of %s: %w", t.schema.ID(), err)
+				return fmt.Errorf("record the history of %s: %w", t.schema.ID(), err)
 			}
 		}
 	}
 	st.History = since()
 	golden := w.goldReads(order)
 	if err := w.changedBefore(ctx, golden); err != nil {
-		return files, err
+		return err
 	}
 	for _, t := range order {
 		apply := t.apply
@@ -177,21 +195,18 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, touched map[*table]b
 		}
 		for _, stmt := range apply {
 			if _, err := w.conn.ExecContext(ctx, stmt); err != nil {
-				return files, fmt.Errorf("apply %s batch: %w", t.schema.ID(), err)
+				return fmt.Errorf("apply %s batch: %w", t.schema.ID(), err)
 			}
 		}
 	}
 	st.Merge = since()
 	refreshed, err := w.refreshGold(ctx, golden, time.Now())
 	if err != nil {
-		return files, err
+		return err
 	}
 	w.refreshing = refreshed
 	st.Gold = since()
-	if err := w.saveOffsets(ctx, b.Positions); err != nil {
-		return files, err
-	}
-	return files, w.recordBatch(ctx, b)
+	return nil
 }
 
 // decode turns a table's staged envelopes into typed rows, moves those

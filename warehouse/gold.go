@@ -499,3 +499,27 @@ func (w *Warehouse) refreshGold(ctx context.Context, tables []*table, now time.T
 	}
 	return refreshed, nil
 }
+
+// RefreshDue refreshes, each in its own transaction, the marts refreshed
+// at an interval whose interval has passed (all of them when drained:
+// the run ends) and that have partitions waiting. The consumer calls it
+// while idle, so a mart does not wait for the next batch.
+func (w *Warehouse) RefreshDue(ctx context.Context, drained bool) error {
+	for _, m := range w.marts {
+		if !m.active || m.refresh.Every == 0 || (!drained && time.Since(m.refreshed) < m.refresh.Every) {
+			continue
+		}
+		var waiting bool
+		if err := w.conn.QueryRowContext(ctx, "SELECT count(*) > 0 FROM lakeflow.gold_pending WHERE mart = ?", m.Name).Scan(&waiting); err != nil {
+			return err
+		}
+		if !waiting {
+			continue
+		}
+		if err := w.inTx(ctx, func(ctx context.Context) error { return w.refreshMart(ctx, m) }); err != nil {
+			return err
+		}
+		m.refreshed = time.Now()
+	}
+	return nil
+}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/config"
@@ -118,5 +119,32 @@ func TestBadMartsAreRefusedWithFileAndLine(t *testing.T) {
 	defer f.close()
 	if err := f.marts(map[string]string{"m.sql": "-- grain: full\nSELECT * FROM silver.other\n"}, nil); err != nil {
 		t.Fatalf("a mart over a table that is not captured: want it skipped, got %v", err)
+	}
+}
+
+// TestIntervalMartsRefreshWhenDue: a mart refreshed hourly keeps the
+// partitions batches touch pending until it is due, or the run drains.
+func TestIntervalMartsRefreshWhenDue(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	f.apply(f.rec(change.OpCreate, 100, 1, "1", "a", ""))
+	if err := f.marts(map[string]string{"by_name.sql": byName}, map[string]config.Refresh{"by_name": {Every: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	f.apply(f.rec(change.OpCreate, 200, 1, "2", "a", ""))
+	if got := f.gold("SELECT name || ' ' || n FROM gold.by_name"); got != "a 1" {
+		t.Fatalf("refreshed before it was due: %q", got)
+	}
+	if err := f.wh.RefreshDue(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.gold("SELECT name || ' ' || n FROM gold.by_name"); got != "a 1" {
+		t.Fatalf("refreshed before it was due: %q", got)
+	}
+	if err := f.wh.RefreshDue(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.gold("SELECT name || ' ' || n FROM gold.by_name"); got != "a 2" {
+		t.Fatalf("a drained run refreshes what waits: %q", got)
 	}
 }

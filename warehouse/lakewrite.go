@@ -2,6 +2,7 @@ package warehouse
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -13,8 +14,11 @@ import (
 
 // writeLake writes the table's events that are not in the lake yet, one
 // file per commit day and Kafka partition, under staging names, and
-// records them in lakeflow.lake_files.
-func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string) ([]lake.File, error) {
+// records them in lakeflow.lake_files. Each file carries, as Parquet
+// key-value metadata, what a warehouse rebuilt from the lake alone needs:
+// the table's schema and topic, and the source position up to which the
+// lake holds every event once the batch commits (floor).
+func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string, floor change.LSN) ([]lake.File, error) {
 	src := rowsTable(t.id)
 	newer := "kafka_offset > " + w.lakeHighExpr(t.topic)
 	rows, err := w.conn.QueryContext(ctx, fmt.Sprintf(`SELECT strftime(day, '%%Y-%%m-%%d'), kafka_partition, min(kafka_offset), max(kafka_offset),
@@ -41,6 +45,12 @@ func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string) ([]
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	schema, err := json.Marshal(t.schema)
+	if err != nil {
+		return nil, err
+	}
+	meta := fmt.Sprintf("{%s: %s, %s: %s, %s: '%d'}", literal(metaSchema), literal(string(schema)), literal(metaTopic), literal(t.topic),
+		literal(metaFloor), uint64(floor))
 	var files []lake.File
 	for _, g := range groups {
 		f := w.lake.NewFile(lakeDir(t.schema), g.day, lake.Span{Partition: g.part, First: g.first, Last: g.last,
@@ -48,7 +58,7 @@ func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string) ([]
 		files = append(files, f)
 		copySQL := fmt.Sprintf(`COPY (SELECT * EXCLUDE (day, key_only, dlq_reason) FROM %s
 			WHERE day = DATE %s AND kafka_partition = %d AND %s ORDER BY kafka_offset)
-			TO %s (FORMAT parquet, COMPRESSION zstd)`, src, literal(g.day), g.part, newer, literal(f.Staging))
+			TO %s (FORMAT parquet, COMPRESSION zstd, KV_METADATA %s)`, src, literal(g.day), g.part, newer, literal(f.Staging), meta)
 		if _, err := w.conn.ExecContext(ctx, copySQL); err != nil {
 			return files, err
 		}
@@ -67,6 +77,13 @@ func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string) ([]
 	}
 	return files, nil
 }
+
+// The key-value metadata of a lake file.
+const (
+	metaSchema = "lakeflow.schema"
+	metaTopic  = "lakeflow.topic"
+	metaFloor  = "lakeflow.floor"
+)
 
 // lakeHighExpr is the per-partition lake high offset as SQL (-1: none).
 func (w *Warehouse) lakeHighExpr(topic string) string {

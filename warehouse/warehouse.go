@@ -157,10 +157,13 @@ func Open(ctx context.Context, cfg config.Warehouse, lk *lake.Lake, log *slog.Lo
 	return w, nil
 }
 
+// ErrHeld is the error of a warehouse another process has open.
+var ErrHeld = errors.New("the warehouse is open in another process")
+
 func openError(path string, err error) error {
 	if strings.Contains(err.Error(), "Could not set lock") {
-		return fmt.Errorf("%w: warehouse %s is open in another process (DuckDB allows one writer): close it, or run lakeflow with another warehouse.path: %v",
-			fault.ErrEnvironment, path, err)
+		return fmt.Errorf("%w: %w: %s (DuckDB allows one writer): close it, or run lakeflow with another warehouse.path: %v",
+			fault.ErrEnvironment, ErrHeld, path, err)
 	}
 	return fmt.Errorf("%w: open warehouse %s: %v", fault.ErrEnvironment, path, err)
 }
@@ -296,6 +299,14 @@ func (w *Warehouse) Close() error {
 
 // Path is the warehouse file.
 func (w *Warehouse) Path() string { return w.path }
+
+// Topic is the topic of the table with ID id ("" if none).
+func (w *Warehouse) Topic(id string) string {
+	if t := w.tables[id]; t != nil {
+		return t.topic
+	}
+	return ""
+}
 
 // Topics lists the topics of the registered tables.
 func (w *Warehouse) Topics() []string {

@@ -19,6 +19,8 @@ type Workload struct {
 	Seed uint64
 	// ActionsPerTxn groups actions into one transaction (bulk loads).
 	ActionsPerTxn int
+	// Clean leaves out the actions that break contract rules.
+	Clean bool
 }
 
 // Done counts what a workload made.
@@ -36,6 +38,7 @@ func (w Workload) Run(ctx context.Context, dsn string) (Done, error) {
 	}
 	defer conn.Close(context.Background())
 	s := newShop(w.Seed)
+	s.clean = w.Clean
 	if err := s.load(ctx, conn); err != nil {
 		return done, fmt.Errorf("demo: read current shop: %w", err)
 	}
@@ -79,6 +82,7 @@ type shop struct {
 	products                                          []int64
 	byStatus                                          map[string][]*order
 	changes                                           int
+	clean                                             bool
 }
 
 var (
@@ -189,6 +193,8 @@ func (s *shop) act(b *pgx.Batch) {
 		s.deleteCancelled(b)
 	case r < 98:
 		s.newProduct(b)
+	case s.clean:
+		s.newOrder(b)
 	default:
 		s.badRow(b)
 	}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -154,21 +155,31 @@ func (l *Lake) Recover(committed func(path string) (bool, error)) (published, re
 	return len(publish), removed, l.Publish(publish)
 }
 
-var partName = regexp.MustCompile(`^part-[0-9A-F]{16}-[0-9A-F]{16}-(\d+)-(\d+)-(\d+)\.parquet$`)
+var partName = regexp.MustCompile(`^part-([0-9A-F]{16})-([0-9A-F]{16})-(\d+)-(\d+)-(\d+)\.parquet$`)
 
-// HighOffsets returns, per Kafka partition, the highest offset a
-// published file of table holds. A warehouse rebuilt from Kafka uses it to
-// leave events already in the lake out of new lake files.
-func (l *Lake) HighOffsets(table string) (map[int32]int64, error) {
-	out := map[int32]int64{}
+// Part is a published file of a table.
+type Part struct {
+	Path string // relative to the lake root
+	Day  string // YYYY-MM-DD
+	Span Span
+}
+
+// Parts lists the published files of table (a directory of the lake) in
+// commit order.
+func (l *Lake) Parts(table string) ([]Part, error) {
 	days, err := os.ReadDir(filepath.Join(l.dir, table))
 	if errors.Is(err, os.ErrNotExist) {
-		return out, nil
+		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
+	var out []Part
 	for _, d := range days {
+		day, ok := strings.CutPrefix(d.Name(), "date=")
+		if !ok || !d.IsDir() {
+			continue
+		}
 		files, err := os.ReadDir(filepath.Join(l.dir, table, d.Name()))
 		if err != nil {
 			return nil, err
@@ -178,11 +189,31 @@ func (l *Lake) HighOffsets(table string) (map[int32]int64, error) {
 			if m == nil {
 				continue
 			}
-			p, _ := strconv.Atoi(m[1])
-			last, _ := strconv.ParseInt(m[3], 10, 64)
-			if cur, ok := out[int32(p)]; !ok || last > cur {
-				out[int32(p)] = last
-			}
+			minSeq, _ := strconv.ParseUint(m[1], 16, 64)
+			maxSeq, _ := strconv.ParseUint(m[2], 16, 64)
+			p, _ := strconv.Atoi(m[3])
+			first, _ := strconv.ParseInt(m[4], 10, 64)
+			last, _ := strconv.ParseInt(m[5], 10, 64)
+			out = append(out, Part{Path: filepath.Join(table, d.Name(), f.Name()), Day: day,
+				Span: Span{Partition: int32(p), First: first, Last: last, MinSeq: change.LSN(minSeq), MaxSeq: change.LSN(maxSeq)}})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+// HighOffsets returns, per Kafka partition, the highest offset a
+// published file of table holds. A warehouse rebuilt from Kafka uses it to
+// leave events already in the lake out of new lake files.
+func (l *Lake) HighOffsets(table string) (map[int32]int64, error) {
+	parts, err := l.Parts(table)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32]int64{}
+	for _, p := range parts {
+		if cur, ok := out[p.Span.Partition]; !ok || p.Span.Last > cur {
+			out[p.Span.Partition] = p.Span.Last
 		}
 	}
 	return out, nil

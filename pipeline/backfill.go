@@ -1,0 +1,235 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/pipeline/kafka"
+	"github.com/lakeflow/lakeflow/pipeline/lake"
+	"github.com/lakeflow/lakeflow/warehouse"
+)
+
+// BackfillOptions say what lakeflow backfill rebuilds.
+type BackfillOptions struct {
+	// All rebuilds the whole warehouse from the lake.
+	All bool
+	// From and To (days, inclusive) rebuild the rows those days changed.
+	From, To time.Time
+	// Mart, if set, recomputes that gold mart only (for From to To, and
+	// its pending partitions), from silver.
+	Mart string
+	// Out, with All, writes the rebuilt warehouse there instead of
+	// replacing warehouse.path.
+	Out string
+}
+
+// BackfillStats says what a backfill did.
+type BackfillStats struct {
+	warehouse.ReplayStats
+	Seconds float64
+	// Adopted counts lake files lakeflow.lake_files did not list.
+	Adopted int
+	Path    string
+}
+
+// replayChunk is how many events a backfill applies per transaction.
+const replayChunk = 500_000
+
+// Backfill rebuilds from the lake, through the stream's transforms.
+func Backfill(ctx context.Context, cfg *config.Config, opts BackfillOptions, log *slog.Logger) (BackfillStats, error) {
+	var st BackfillStats
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return st, fmt.Errorf("%w (lakeflow backfill does not run beside lakeflow run: stop it first)", err)
+	}
+	defer unlock()
+	if !opts.All {
+		return backfillRange(ctx, cfg, opts, log)
+	}
+	t0 := time.Now()
+	out := opts.Out
+	if out == "" {
+		out = cfg.Warehouse.Path + ".rebuild"
+	}
+	st.Path = out
+	for _, p := range []string{out, out + ".wal"} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return st, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
+		}
+	}
+	if err := rebuild(ctx, cfg, out, &st, log); err != nil {
+		return st, err
+	}
+	st.Seconds = time.Since(t0).Seconds()
+	if opts.Out != "" {
+		return st, nil
+	}
+	// The old warehouse is closed (checkpointed, no WAL): the rebuilt
+	// file takes its name in one rename.
+	if err := os.Remove(cfg.Warehouse.Path + ".wal"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return st, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
+	}
+	if err := os.Rename(out, cfg.Warehouse.Path); err != nil {
+		return st, fmt.Errorf("%w: replace %s: %v", fault.ErrEnvironment, cfg.Warehouse.Path, err)
+	}
+	st.Path = cfg.Warehouse.Path
+	return st, lake.Sync(filepath.Dir(cfg.Warehouse.Path))
+}
+
+// rebuild builds the warehouse at path from the lake: the old
+// warehouse's state (where the pipeline stands, the lake's files, dead
+// letters, schema versions) if it opens, else what the lake's files say
+// of themselves; then silver, history, quarantine and gold, by replaying
+// every lake event.
+func rebuild(ctx context.Context, cfg *config.Config, path string, st *BackfillStats, log *slog.Logger) error {
+	set, err := loadContracts(cfg, log)
+	if err != nil {
+		return err
+	}
+	lk, err := lake.Open(cfg.Lake.Dir)
+	if err != nil {
+		return err
+	}
+	wcfg := cfg.Warehouse
+	wcfg.Path = path
+	nw, err := warehouse.Open(ctx, wcfg, lk, log)
+	if err != nil {
+		return err
+	}
+	if err := nw.SetContracts(ctx, set); err != nil {
+		nw.Close()
+		return err
+	}
+	old, err := openOld(ctx, cfg, lk, log)
+	if err != nil {
+		nw.Close()
+		return err
+	}
+	var schemas []warehouse.Schema
+	var floor = nw.Floor()
+	if old != nil {
+		for id, t := range old.Schemas() {
+			schemas = append(schemas, warehouse.Schema{Topic: old.Topic(id), Table: t})
+		}
+	} else if schemas, floor, err = nw.LakeSchemas(ctx); err != nil {
+		nw.Close()
+		return err
+	}
+	schemaTopic := kafka.SchemaTopic(cfg.Kafka.TopicPrefix)
+	if err := nw.ApplySchemas(ctx, schemas, schemaTopic, warehouse.TopicPosition{Next: map[int32]int64{}}, nil); err != nil {
+		nw.Close()
+		return err
+	}
+	if err := nw.Close(); err != nil {
+		return err
+	}
+	if old != nil {
+		err := old.CopyStateTo(ctx, path)
+		if cerr := old.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("copy the warehouse's state: %w", err)
+		}
+	}
+	if nw, err = warehouse.Open(ctx, wcfg, lk, log); err != nil {
+		return err
+	}
+	defer nw.Close()
+	if err := nw.SetContracts(ctx, set); err != nil {
+		return err
+	}
+	if old == nil {
+		if err := nw.SetFloor(ctx, floor); err != nil {
+			return err
+		}
+		if err := nw.ImportDeadLetters(ctx); err != nil {
+			return err
+		}
+	}
+	if st.Adopted, err = nw.AdoptLakeFiles(ctx); err != nil {
+		return err
+	}
+	if st.ReplayStats, err = nw.Replay(ctx, replayChunk); err != nil {
+		return err
+	}
+	if err := setMarts(ctx, cfg, nw); err != nil {
+		return err
+	}
+	return nw.Close()
+}
+
+// openOld opens the warehouse a rebuild replaces, or returns nil if it is
+// missing or does not open (lost, corrupt): the lake alone is then the
+// source. One that another process holds is an error.
+func openOld(ctx context.Context, cfg *config.Config, lk *lake.Lake, log *slog.Logger) (*warehouse.Warehouse, error) {
+	if _, err := os.Stat(cfg.Warehouse.Path); errors.Is(err, os.ErrNotExist) {
+		log.Info("no warehouse to take the pipeline's state from: rebuilding from the lake alone", "warehouse", cfg.Warehouse.Path)
+		return nil, nil
+	}
+	old, err := warehouse.Open(ctx, cfg.Warehouse, lk, log)
+	if errors.Is(err, warehouse.ErrHeld) {
+		return nil, err
+	}
+	if err != nil {
+		log.Warn("the warehouse does not open: rebuilding from the lake alone", "warehouse", cfg.Warehouse.Path, "err", err)
+		return nil, nil
+	}
+	return old, nil
+}
+
+// backfillRange rebuilds what the days From to To changed: the lake is
+// replayed whole into a shadow warehouse (exact: a key's row depends on
+// all its history), and the slice is swapped into the warehouse in one
+// transaction. With Mart, only that mart is recomputed, from silver.
+func backfillRange(ctx context.Context, cfg *config.Config, opts BackfillOptions, log *slog.Logger) (BackfillStats, error) {
+	var st BackfillStats
+	t0 := time.Now()
+	shadow := ""
+	if opts.Mart == "" {
+		shadow = cfg.Warehouse.Path + ".shadow"
+		for _, p := range []string{shadow, shadow + ".wal"} {
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return st, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
+			}
+		}
+		defer os.Remove(shadow)
+		if err := rebuild(ctx, cfg, shadow, &st, log); err != nil {
+			return st, err
+		}
+	}
+	set, err := loadContracts(cfg, log)
+	if err != nil {
+		return st, err
+	}
+	lk, err := lake.Open(cfg.Lake.Dir)
+	if err != nil {
+		return st, err
+	}
+	wh, err := warehouse.Open(ctx, cfg.Warehouse, lk, log)
+	if err != nil {
+		return st, err
+	}
+	defer wh.Close()
+	if err := wh.SetContracts(ctx, set); err != nil {
+		return st, err
+	}
+	if err := setMarts(ctx, cfg, wh); err != nil {
+		return st, err
+	}
+	sl, err := wh.ReplaceSlice(ctx, shadow, opts.From, opts.To, opts.Mart)
+	if err != nil {
+		return st, err
+	}
+	log.Info("backfill of days done", "from", opts.From.Format(time.DateOnly), "to", opts.To.Format(time.DateOnly),
+		"keys", sl.Keys, "marts", sl.Marts)
+	st.Seconds, st.Path = time.Since(t0).Seconds(), cfg.Warehouse.Path
+	return st, wh.Close()
+}

@@ -1,0 +1,235 @@
+package warehouse
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/lakeflow/lakeflow/pipeline/change"
+)
+
+// ReplayStats describes a replay of the lake.
+type ReplayStats struct {
+	Events, Chunks, Quarantined int
+	Files                       int
+}
+
+// Replay applies every event of the lake to this warehouse, which holds
+// none of them yet, through the stream's transforms (applyRows: rules and
+// quarantine, history, merge, gold), in chunks of about chunkEvents
+// events that end at transaction boundaries, each in one transaction.
+// Lake files are not written: they are the input.
+func (w *Warehouse) Replay(ctx context.Context, chunkEvents int) (ReplayStats, error) {
+	var st ReplayStats
+	files := map[*table][]string{}
+	var all []string
+	for _, t := range w.tables {
+		parts, err := w.lake.Parts(lakeDir(t.schema))
+		if err != nil {
+			return st, err
+		}
+		for _, p := range parts {
+			files[t] = append(files[t], w.lake.Abs(p.Path))
+		}
+		all = append(all, files[t]...)
+	}
+	st.Files = len(all)
+	if len(all) == 0 {
+		return st, nil
+	}
+	bounds, err := w.chunkBounds(ctx, all, chunkEvents)
+	if err != nil {
+		return st, err
+	}
+	order := make([]*table, 0, len(files))
+	for t := range files {
+		order = append(order, t)
+	}
+	slices.SortFunc(order, func(a, b *table) int { return a.id - b.id })
+	renames, err := w.renameChains(ctx)
+	if err != nil {
+		return st, err
+	}
+	lo := uint64(0)
+	for _, hi := range bounds {
+		var bs BatchStats
+		err := w.inTx(ctx, func(ctx context.Context) error {
+			keyOnly := map[*table]bool{}
+			var touched []*table
+			for _, t := range order {
+				n, ko, err := w.loadRows(ctx, t, files[t], renames[t.schema.ID()], lo, hi)
+				if err != nil {
+					return fmt.Errorf("read the lake of %s: %w", t.schema.ID(), err)
+				}
+				if n > 0 {
+					touched = append(touched, t)
+					keyOnly[t] = ko
+					st.Events += n
+				}
+			}
+			if err := w.resetScratch(ctx, "lakeflow_failures"); err != nil {
+				return err
+			}
+			return w.applyRows(ctx, touched, keyOnly, &bs, func() time.Duration { return 0 })
+		})
+		if err != nil {
+			return st, err
+		}
+		st.Chunks++
+		st.Quarantined += bs.Quarantined
+		lo = hi
+	}
+	return st, nil
+}
+
+// chunkBounds splits the lake's positions into chunks of about n events
+// that end at transaction boundaries: the last _cdc_seq of each chunk.
+func (w *Warehouse) chunkBounds(ctx context.Context, files []string, n int) ([]uint64, error) {
+	rows, err := w.conn.QueryContext(ctx, fmt.Sprintf(`SELECT _cdc_seq, sum(count(*)) OVER (ORDER BY _cdc_seq) AS upto
+		FROM read_parquet(%s, union_by_name = true) GROUP BY _cdc_seq ORDER BY _cdc_seq`, sqlList(files)))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var bounds []uint64
+	next := int64(n)
+	var seq uint64
+	var upto int64
+	for rows.Next() {
+		if err := rows.Scan(&seq, &upto); err != nil {
+			return nil, err
+		}
+		if upto >= next {
+			bounds = append(bounds, seq)
+			next = upto + int64(n)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(bounds) == 0 || bounds[len(bounds)-1] != seq {
+		bounds = append(bounds, seq)
+	}
+	return bounds, nil
+}
+
+// renameChains gives, per table and column, the names the column had
+// before (from lakeflow.schema_history): lake files of that time hold it
+// under them.
+func (w *Warehouse) renameChains(ctx context.Context) (map[string]map[string][]string, error) {
+	rows, err := w.conn.QueryContext(ctx, "SELECT source_table, schema::VARCHAR FROM lakeflow.schema_history ORDER BY source_table, since_seq, since_ord")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]map[string][]string{}
+	for rows.Next() {
+		var id, raw string
+		if err := rows.Scan(&id, &raw); err != nil {
+			return nil, err
+		}
+		var t change.Table
+		if err := json.Unmarshal([]byte(raw), &t); err != nil {
+			return nil, err
+		}
+		if out[id] == nil {
+			out[id] = map[string][]string{}
+		}
+		for to, from := range t.Renames {
+			out[id][to] = append([]string{from}, out[id][from]...)
+		}
+	}
+	return out, rows.Err()
+}
+
+// loadRows fills the rows table of t with its lake events of positions
+// (lo, hi], in the shape the stream's decode gives (images of the current
+// schema: a column renamed since is read under its old name), and
+// reports how many there are and whether a delete holds only the key (a
+// before image whose other columns are all NULL: the lake keeps no flag,
+// and for a full image the key-only apply gives the same row).
+func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, renames map[string][]string, lo, hi uint64) (int, bool, error) {
+	src := fmt.Sprintf("read_parquet(%s, union_by_name = true)", sqlList(files))
+	fields, err := w.structFields(ctx, src)
+	if err != nil {
+		return 0, false, err
+	}
+	image := func(side string) string {
+		vals := make([]string, len(t.schema.Columns))
+		for i, c := range t.schema.Columns {
+			var have []string
+			for _, n := range append([]string{c.Name}, renames[c.Name]...) {
+				if fields[n] {
+					have = append(have, side+"."+ident(n))
+				}
+			}
+			v := "NULL"
+			if len(have) > 0 {
+				v = "coalesce(" + strings.Join(have, ", ") + ")"
+			}
+			vals[i] = fmt.Sprintf("%s := CAST(%s AS %s)", ident(c.Name), v, lakeType(c.Type))
+		}
+		return fmt.Sprintf("CASE WHEN %s IS NULL THEN NULL ELSE struct_pack(%s) END AS %s", side, strings.Join(vals, ", "), side)
+	}
+	_, err = w.conn.ExecContext(ctx, fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE %s AS
+SELECT op, %s, %s, _cdc_seq, _cdc_ord, _commit_ts, lsn, tx_id, kafka_topic, kafka_partition, kafka_offset
+FROM %s WHERE _cdc_seq > %d AND _cdc_seq <= %d`, rowsTable(t.id), image("before"), image("after"), src, lo, hi))
+	if err != nil {
+		return 0, false, err
+	}
+	var nonKey []string
+	for _, c := range t.schema.Columns {
+		if !c.Key {
+			nonKey = append(nonKey, "before."+ident(c.Name)+" IS NULL")
+		}
+	}
+	keyOnly := "false"
+	if len(nonKey) > 0 {
+		keyOnly = "op = 'd' AND " + strings.Join(nonKey, " AND ")
+	}
+	var n, ko int
+	err = w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*), count(*) FILTER (%s) FROM %s", keyOnly, rowsTable(t.id))).Scan(&n, &ko)
+	return n, ko > 0, err
+}
+
+// structFields lists the fields of the images of a lake relation (its
+// files' fields, united by name).
+func (w *Warehouse) structFields(ctx context.Context, src string) (map[string]bool, error) {
+	rows, err := w.conn.QueryContext(ctx, "SELECT unnest(json_keys(to_json(x))) FROM (SELECT coalesce(after, before) AS x FROM "+src+
+		" WHERE coalesce(after, before) IS NOT NULL LIMIT 1)")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, err
+		}
+		out[n] = true
+	}
+	return out, rows.Err()
+}
+
+// lakeType is the type the lake keeps a column's values in: silver's,
+// except intervals, kept as their ISO 8601 text.
+func lakeType(t change.Type) string {
+	ct := duckType(t)
+	if ct.toSilver == nil {
+		return ct.duck
+	}
+	return strings.ReplaceAll(ct.duck, "INTERVAL", "VARCHAR")
+}
+
+// sqlList is a SQL list of string literals.
+func sqlList(xs []string) string {
+	q := make([]string, len(xs))
+	for i, x := range xs {
+		q[i] = literal(x)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}

@@ -1,0 +1,147 @@
+package warehouse
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/sql/gold"
+)
+
+// SliceStats says what a backfill of days changed.
+type SliceStats struct {
+	Keys  int // keys whose silver rows and history were replaced
+	Marts int // marts refreshed
+}
+
+// ReplaceSlice swaps in, from the warehouse file shadow (the lake
+// replayed whole, so exact), what the days from to to (commit days of the
+// lake's partitions) changed: the silver rows and history of every key
+// they changed, the quarantine records of their changes; then it
+// recomputes the gold partitions those rows touch, and, for marts with a
+// DATE grain, those days. All in one transaction: readers see the old
+// slice or the new one. With shadow "", silver stays and only the gold
+// marts (only that mart, if only is set) are recomputed.
+func (w *Warehouse) ReplaceSlice(ctx context.Context, shadow string, from, to time.Time, only string) (SliceStats, error) {
+	var st SliceStats
+	if only != "" && !slices.ContainsFunc(w.marts, func(m *mart) bool { return m.Name == only && m.active }) {
+		return st, fmt.Errorf("%w: no gold mart %s is set up (see gold.dir)", fault.ErrConfig, only)
+	}
+	if shadow != "" {
+		if _, err := w.conn.ExecContext(ctx, "ATTACH "+literal(shadow)+" AS lakeflow_shadow (READ_ONLY)"); err != nil {
+			return st, err
+		}
+		defer w.conn.ExecContext(context.WithoutCancel(ctx), "DETACH lakeflow_shadow")
+	}
+	day := func(t time.Time) string { return "DATE " + literal(t.Format(time.DateOnly)) }
+	var tables []*table
+	for _, t := range w.tables {
+		parts, err := w.lake.Parts(lakeDir(t.schema))
+		if err != nil {
+			return st, err
+		}
+		var files []string
+		for _, p := range parts {
+			if d, err := time.Parse(time.DateOnly, p.Day); err == nil && !d.Before(from) && !d.After(to) {
+				files = append(files, w.lake.Abs(p.Path))
+			}
+		}
+		if len(files) == 0 {
+			continue
+		}
+		var keys []string
+		for i, k := range t.schema.KeyColumns() {
+			keys = append(keys, fmt.Sprintf("COALESCE(after, before).%s AS k%d", ident(t.schema.Columns[k].Name), i))
+		}
+		_, err = w.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT DISTINCT %s FROM read_parquet(%s, union_by_name = true) WHERE op <> 't'",
+			sliceTable(t.id), strings.Join(keys, ", "), sqlList(files)))
+		if err != nil {
+			return st, err
+		}
+		tables = append(tables, t)
+	}
+	err := w.inTx(ctx, func(ctx context.Context) error {
+		for _, t := range tables {
+			in := sliceKeys(t, "s")
+			if err := w.exec(ctx, []string{fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT s.* FROM silver.%s s WHERE %s", changedTable(t.id), ident(t.schema.Name), in)}); err != nil {
+				return err
+			}
+			if shadow == "" {
+				continue
+			}
+			var n int
+			if err := w.conn.QueryRowContext(ctx, "SELECT count(*) FROM "+sliceTable(t.id)).Scan(&n); err != nil {
+				return err
+			}
+			st.Keys += n
+			targets := []string{"silver." + ident(t.schema.Name)}
+			if t.history {
+				targets = append(targets, historyName(t.schema))
+			}
+			for _, target := range targets {
+				src := "lakeflow_shadow." + target
+				if err := w.exec(ctx, []string{
+					fmt.Sprintf("DELETE FROM %s s WHERE %s", target, in),
+					fmt.Sprintf("INSERT INTO %s BY NAME SELECT * FROM %s s WHERE %s", target, src, in),
+				}); err != nil {
+					return fmt.Errorf("replace the slice of %s: %w", target, err)
+				}
+			}
+			inDays := fmt.Sprintf("source_table = %s AND _commit_ts::DATE BETWEEN %s AND %s", literal(t.schema.ID()), day(from), day(to))
+			if err := w.exec(ctx, []string{
+				"DELETE FROM lakeflow.quarantine WHERE " + inDays,
+				"INSERT INTO lakeflow.quarantine BY NAME SELECT * FROM lakeflow_shadow.lakeflow.quarantine WHERE " + inDays,
+				fmt.Sprintf("INSERT INTO %s SELECT s.* FROM silver.%s s WHERE %s", changedTable(t.id), ident(t.schema.Name), in),
+			}); err != nil {
+				return err
+			}
+		}
+		for _, m := range w.marts {
+			if !m.active || (only != "" && m.Name != only) {
+				continue
+			}
+			if m.Grain == gold.Full {
+				if err := w.refreshMart(ctx, m); err != nil {
+					return err
+				}
+				st.Marts++
+				continue
+			}
+			for _, t := range tables {
+				if slices.Contains(m.reads, t.schema.Name) {
+					if err := w.touch(ctx, m, t.schema.Name, changedTable(t.id)); err != nil {
+						return err
+					}
+				}
+			}
+			if m.grainType == "DATE" {
+				_, err := w.conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO lakeflow.gold_pending
+					SELECT %s, d::DATE::VARCHAR FROM range(%s::TIMESTAMP, %s::TIMESTAMP + INTERVAL 1 DAY, INTERVAL 1 DAY) t(d)`, literal(m.Name), day(from), day(to)))
+				if err != nil {
+					return err
+				}
+			}
+			if err := w.refreshMart(ctx, m); err != nil {
+				return err
+			}
+			st.Marts++
+		}
+		return nil
+	})
+	return st, err
+}
+
+// sliceTable holds the keys of table id that a backfill's days changed.
+func sliceTable(id int) string { return fmt.Sprintf("lakeflow_slice_%d", id) }
+
+// sliceKeys is SQL saying that the row aliased r has a key of the slice.
+func sliceKeys(t *table, r string) string {
+	var on []string
+	for i, k := range t.schema.KeyColumns() {
+		on = append(on, fmt.Sprintf("k.k%d = %s.%s", i, r, ident(t.schema.Columns[k].Name)))
+	}
+	return fmt.Sprintf("EXISTS (SELECT 1 FROM %s k WHERE %s)", sliceTable(t.id), strings.Join(on, " AND "))
+}
