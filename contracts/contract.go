@@ -157,10 +157,18 @@ func Load(dir string) (Set, error) {
 		return nil, fmt.Errorf("%w: contracts.dir %s: %v", fault.ErrConfig, dir, err)
 	}
 	sort.Strings(paths)
+	if len(paths) == 0 {
+		return Set{}, nil
+	}
+	ck, err := newChecker()
+	if err != nil {
+		return nil, err
+	}
+	defer ck.close()
 	set := Set{}
 	var problems []error
 	for _, p := range paths {
-		c, err := loadFile(p)
+		c, err := loadFile(p, ck)
 		if err != nil {
 			problems = append(problems, err)
 			continue
@@ -181,7 +189,7 @@ func Load(dir string) (Set, error) {
 	return set, nil
 }
 
-func loadFile(path string) (*Contract, error) {
+func loadFile(path string, ck *checker) (*Contract, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -282,7 +290,7 @@ func loadFile(path string) (*Contract, error) {
 			Description: "declared nullable = false", line: lines.block("columns", slices.IndexFunc(f.Columns, func(cf columnFile) bool { return cf.Name == col.Name }))})
 	}
 	if len(problems) == 0 {
-		if err := checkRules(c); err != nil {
+		if err := ck.checkRules(c); err != nil {
 			problems = append(problems, err)
 		}
 	}

@@ -14,22 +14,35 @@ import (
 // from outside the row (the process's environment and settings).
 var environmental = map[string]bool{"getenv": true, "current_setting": true}
 
+// checker binds rules: one in-memory DuckDB for every contract loaded.
+type checker struct {
+	db  *sql.DB
+	fns functions
+}
+
+func newChecker() (*checker, error) {
+	db, err := sql.Open("duckdb", "")
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	fns, err := functionKinds(db)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &checker{db: db, fns: fns}, nil
+}
+
+func (ck *checker) close() error { return ck.db.Close() }
+
 // checkRules checks every check expression of c: one SQL boolean
 // expression over a row of the table's columns, without subqueries,
 // aggregates, window functions or volatile functions. DuckDB parses and
 // binds it, so an unknown column, a type error or a syntax error is found
 // here, not in the middle of a batch.
-func checkRules(c *Contract) error {
-	db, err := sql.Open("duckdb", "")
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	db.SetMaxOpenConns(1)
-	fns, err := functionKinds(db)
-	if err != nil {
-		return err
-	}
+func (ck *checker) checkRules(c *Contract) error {
+	db, fns := ck.db, ck.fns
 	row := RowSQL(c)
 	var problems []error
 	for _, r := range c.Rules {

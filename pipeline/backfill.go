@@ -89,7 +89,12 @@ func Backfill(ctx context.Context, cfg *config.Config, opts BackfillOptions, log
 // of themselves; then silver, history, quarantine and gold, by replaying
 // every lake event.
 func rebuild(ctx context.Context, cfg *config.Config, path string, st *BackfillStats, log *slog.Logger) error {
+	t0 := time.Now()
+	step := func(what string) {
+		log.Debug("rebuild", "step", what, "elapsed", time.Since(t0).Round(time.Millisecond))
+	}
 	set, err := loadContracts(cfg, log)
+	step("contracts loaded")
 	if err != nil {
 		return err
 	}
@@ -107,11 +112,13 @@ func rebuild(ctx context.Context, cfg *config.Config, path string, st *BackfillS
 		nw.Close()
 		return err
 	}
+	step("new warehouse created")
 	old, err := openOld(ctx, cfg, lk, log)
 	if err != nil {
 		nw.Close()
 		return err
 	}
+	step("old warehouse opened")
 	var schemas []warehouse.Schema
 	var floor = nw.Floor()
 	if old != nil {
@@ -130,6 +137,7 @@ func rebuild(ctx context.Context, cfg *config.Config, path string, st *BackfillS
 	if err := nw.Close(); err != nil {
 		return err
 	}
+	step("tables created")
 	if old != nil {
 		err := old.CopyStateTo(ctx, path)
 		if cerr := old.Close(); err == nil {
@@ -139,10 +147,12 @@ func rebuild(ctx context.Context, cfg *config.Config, path string, st *BackfillS
 			return fmt.Errorf("copy the warehouse's state: %w", err)
 		}
 	}
+	step("state copied")
 	if nw, err = warehouse.Open(ctx, wcfg, lk, log); err != nil {
 		return err
 	}
 	defer nw.Close()
+	step("reopened")
 	if err := nw.SetContracts(ctx, set); err != nil {
 		return err
 	}
@@ -157,13 +167,18 @@ func rebuild(ctx context.Context, cfg *config.Config, path string, st *BackfillS
 	if st.Adopted, err = nw.AdoptLakeFiles(ctx); err != nil {
 		return err
 	}
+	step("lake files adopted")
 	if st.ReplayStats, err = nw.Replay(ctx, replayChunk); err != nil {
 		return err
 	}
+	step("lake replayed")
 	if err := setMarts(ctx, cfg, nw); err != nil {
 		return err
 	}
-	return nw.Close()
+	step("gold built")
+	err = nw.Close()
+	step("closed")
+	return err
 }
 
 // openOld opens the warehouse a rebuild replaces, or returns nil if it is

@@ -384,7 +384,8 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 	c.log.Debug("batch committed", "events", st.Events, "tables", st.Tables, "lake_files", st.LakeFiles,
 		"consistent", batch.Watermark != nil,
 		"stage", st.Stage.Round(time.Millisecond), "decode", st.Decode.Round(time.Millisecond), "lake", st.Lake.Round(time.Millisecond),
-		"rules", st.Rules.Round(time.Millisecond), "merge", st.Merge.Round(time.Millisecond), "commit", st.Commit.Round(time.Millisecond),
+		"rules", st.Rules.Round(time.Millisecond), "history", st.History.Round(time.Millisecond), "merge", st.Merge.Round(time.Millisecond),
+		"gold", st.Gold.Round(time.Millisecond), "commit", st.Commit.Round(time.Millisecond),
 		"quarantined", st.Quarantined, "warned", st.Warned, "dead", len(st.Dead))
 	c.trim(ctx)
 	return nil

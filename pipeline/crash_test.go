@@ -125,6 +125,9 @@ func TestKillDuringSnapshot(t *testing.T) {
 	}
 	pgtest.Exec(t, h.dsn, `INSERT INTO orders (id, customer_id, status, total_cents, currency)
 		SELECT g, 1 + g % 200, 'paid', g * 10, 'EUR' FROM generate_series(1000, 300000) g`)
+	// Small batches: the first commits while the snapshot is still
+	// being copied.
+	t.Setenv("LAKEFLOW_PIPELINE_BATCH_BYTES", "1MiB")
 	p := start(t, h, "run", "--follow")
 	p.waitBatches(t, 1)
 	p.kill(t)

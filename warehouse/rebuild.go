@@ -130,6 +130,23 @@ func (w *Warehouse) SetFloor(ctx context.Context, floor change.LSN) error {
 // registered tables that it does not list (a warehouse rebuilt without
 // the old one's list), and returns how many.
 func (w *Warehouse) AdoptLakeFiles(ctx context.Context) (int, error) {
+	listed := map[string]bool{}
+	rows, err := w.conn.QueryContext(ctx, "SELECT path FROM lakeflow.lake_files")
+	if err != nil {
+		return 0, err
+	}
+	for rows.Next() {
+		var p string
+		if err := rows.Scan(&p); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		listed[p] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
 	n := 0
 	for _, t := range w.tables {
 		parts, err := w.lake.Parts(lakeDir(t.schema))
@@ -137,11 +154,7 @@ func (w *Warehouse) AdoptLakeFiles(ctx context.Context) (int, error) {
 			return n, err
 		}
 		for _, p := range parts {
-			var listed bool
-			if err := w.conn.QueryRowContext(ctx, "SELECT count(*) > 0 FROM lakeflow.lake_files WHERE path = ?", p.Path).Scan(&listed); err != nil {
-				return n, err
-			}
-			if listed {
+			if listed[p.Path] {
 				continue
 			}
 			fi, err := os.Stat(w.lake.Abs(p.Path))

@@ -56,6 +56,13 @@ func (w *Warehouse) Replay(ctx context.Context, chunkEvents int) (ReplayStats, e
 	lo := uint64(0)
 	for _, hi := range bounds {
 		var bs BatchStats
+		lap := time.Now()
+		since := func() time.Duration {
+			now := time.Now()
+			d := now.Sub(lap)
+			lap = now
+			return d
+		}
 		err := w.inTx(ctx, func(ctx context.Context) error {
 			keyOnly := map[*table]bool{}
 			var touched []*table
@@ -73,11 +80,15 @@ func (w *Warehouse) Replay(ctx context.Context, chunkEvents int) (ReplayStats, e
 			if err := w.resetScratch(ctx, "lakeflow_failures"); err != nil {
 				return err
 			}
-			return w.applyRows(ctx, touched, keyOnly, &bs, func() time.Duration { return 0 })
+			bs.Decode = since()
+			return w.applyRows(ctx, touched, keyOnly, &bs, since)
 		})
 		if err != nil {
 			return st, err
 		}
+		w.log.Debug("lake replayed", "to_seq", hi, "read", bs.Decode.Round(time.Millisecond), "rules", bs.Rules.Round(time.Millisecond),
+			"history", bs.History.Round(time.Millisecond), "merge", bs.Merge.Round(time.Millisecond), "gold", bs.Gold.Round(time.Millisecond),
+			"commit", since().Round(time.Millisecond))
 		st.Chunks++
 		st.Quarantined += bs.Quarantined
 		lo = hi
@@ -88,6 +99,16 @@ func (w *Warehouse) Replay(ctx context.Context, chunkEvents int) (ReplayStats, e
 // chunkBounds splits the lake's positions into chunks of about n events
 // that end at transaction boundaries: the last _cdc_seq of each chunk.
 func (w *Warehouse) chunkBounds(ctx context.Context, files []string, n int) ([]uint64, error) {
+	var total int64
+	var last uint64
+	err := w.conn.QueryRowContext(ctx, fmt.Sprintf(`SELECT sum(num_rows), max(stats_max_value::UBIGINT) FROM parquet_file_metadata(%s)
+		JOIN (SELECT file_name, max(stats_max_value::UBIGINT) AS stats_max_value FROM parquet_metadata(%s) WHERE path_in_schema = '_cdc_seq' GROUP BY file_name) USING (file_name)`, sqlList(files), sqlList(files))).Scan(&total, &last)
+	if err != nil {
+		return nil, err
+	}
+	if total <= int64(n) {
+		return []uint64{last}, nil // one chunk: no need to read the positions
+	}
 	rows, err := w.conn.QueryContext(ctx, fmt.Sprintf(`SELECT _cdc_seq, sum(count(*)) OVER (ORDER BY _cdc_seq) AS upto
 		FROM read_parquet(%s, union_by_name = true) GROUP BY _cdc_seq ORDER BY _cdc_seq`, sqlList(files)))
 	if err != nil {
@@ -157,7 +178,14 @@ func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, rena
 	if err != nil {
 		return 0, false, err
 	}
+	same, err := w.sameImages(ctx, t, src)
+	if err != nil {
+		return 0, false, err
+	}
 	image := func(side string) string {
+		if same {
+			return side // the files have the current schema's images
+		}
 		vals := make([]string, len(t.schema.Columns))
 		for i, c := range t.schema.Columns {
 			var have []string
@@ -193,6 +221,19 @@ FROM %s WHERE _cdc_seq > %d AND _cdc_seq <= %d`, rowsTable(t.id), image("before"
 	var n, ko int
 	err = w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*), count(*) FILTER (%s) FROM %s", keyOnly, rowsTable(t.id))).Scan(&n, &ko)
 	return n, ko > 0, err
+}
+
+// sameImages reports whether the images of a lake relation have the
+// type the current schema of t gives them.
+func (w *Warehouse) sameImages(ctx context.Context, t *table, src string) (bool, error) {
+	fields := make([]string, len(t.schema.Columns))
+	for i, c := range t.schema.Columns {
+		fields[i] = fmt.Sprintf("%s := CAST(NULL AS %s)", ident(c.Name), lakeType(c.Type))
+	}
+	var want, have string
+	err := w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT typeof(struct_pack(%s)), (SELECT typeof(after) FROM %s LIMIT 1)",
+		strings.Join(fields, ", "), src)).Scan(&want, &have)
+	return want == have, err
 }
 
 // structFields lists the fields of the images of a lake relation (its

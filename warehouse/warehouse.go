@@ -180,6 +180,13 @@ func (w *Warehouse) init(ctx context.Context, memoryLimit int64) error {
 		// its row estimates costs tens of ms per batch, the sort plan
 		// a few.
 		"SET asof_loop_join_threshold = 0",
+		// Every query whose order matters says ORDER BY (lake files are
+		// written in offset order); the others may run in any order,
+		// which lets DuckDB fill tables in parallel.
+		"SET preserve_insertion_order = false",
+		// Lake files never change once written: a replay reads each one's
+		// footer once.
+		"SET parquet_metadata_cache = true",
 		fmt.Sprintf("SET memory_limit = '%dMB'", max(memoryLimit>>20, 64)),
 		bootstrap,
 		intervalMacro,

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -10,9 +11,35 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
 )
+
+// sendStandbyStatus confirms lsn to the server (written, flushed and
+// applied). It writes the message straight to the socket, not through
+// pgconn's send buffer: the reader goroutine's pgconn writes to that
+// buffer when the connection fails (its Terminate message), and the two
+// must not share it. A net.Conn takes concurrent writes whole.
+func sendStandbyStatus(repl *pgconn.PgConn, lsn pglogrepl.LSN) error {
+	data := make([]byte, 0, 34)
+	data = append(data, pglogrepl.StandbyStatusUpdateByteID)
+	for range 3 {
+		data = binary.BigEndian.AppendUint64(data, uint64(lsn))
+	}
+	data = binary.BigEndian.AppendUint64(data, uint64(time.Since(pgEpoch).Microseconds()))
+	data = append(data, 0) // no reply requested
+	msg, err := (&pgproto3.CopyData{Data: data}).Encode(nil)
+	if err != nil {
+		return err
+	}
+	_, err = repl.Conn().Write(msg)
+	return err
+}
+
+// pgEpoch is where PostgreSQL's timestamps count from.
+var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // every runs fn each interval and whenever wake fires, until stopped
 // closes or fn returns false.

@@ -133,10 +133,7 @@ func (s *Source) streamOnce(ctx context.Context, sink Sink, state *change.Source
 	sendStatus := func() error {
 		statusMu.Lock()
 		defer statusMu.Unlock()
-		lsn := max(pglogrepl.LSN(s.confirmable(sink)), confirmed)
-		return pglogrepl.SendStandbyStatusUpdate(context.Background(), repl, pglogrepl.StandbyStatusUpdate{
-			WALWritePosition: lsn, WALFlushPosition: lsn, WALApplyPosition: lsn,
-		})
+		return sendStandbyStatus(repl, max(pglogrepl.LSN(s.confirmable(sink)), confirmed))
 	}
 	go func() {
 		defer wg.Done()

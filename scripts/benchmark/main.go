@@ -34,18 +34,30 @@ type Result struct {
 	LoadSeconds     float64 `json:"load_seconds"`
 	RecvlogicalSecs float64 `json:"pg_recvlogical_seconds"`
 	RecvlogicalRate float64 `json:"pg_recvlogical_changes_per_second"`
-	// Plain is lakeflow without contracts; Rules with the demo's
-	// contracts (rules, quarantine), on the same WAL: each the fastest of
-	// three runs.
+	// Plain is lakeflow without contracts or gold marts; Rules with the
+	// demo's contracts (rules, quarantine, history); Gold with those and
+	// the demo's gold marts: on the same WAL, each the fastest of three
+	// runs.
 	Plain      RunResult `json:"lakeflow"`
 	Rules      RunResult `json:"lakeflow_with_rules"`
+	Gold       RunResult `json:"lakeflow_with_rules_and_gold"`
 	RulesRatio float64   `json:"rules_rate_ratio"`
-	// Rates are every run's events per second, without and with rules.
-	Rates           [2][]float64 `json:"rates_without_and_with_rules"`
-	CPUs            int          `json:"cpus"`
-	GoVersion       string       `json:"go_version"`
-	PostgresVersion string       `json:"postgres_version"`
-	When            string       `json:"when"`
+	GoldRatio  float64   `json:"gold_rate_ratio"`
+	// Rates are every run's events per second, per variant.
+	Rates [3][]float64 `json:"rates_plain_rules_gold"`
+	// Backfill is lakeflow backfill --all of the Gold variant's lake.
+	Backfill        BackfillResult `json:"backfill_all"`
+	CPUs            int            `json:"cpus"`
+	GoVersion       string         `json:"go_version"`
+	PostgresVersion string         `json:"postgres_version"`
+	When            string         `json:"when"`
+}
+
+// BackfillResult measures lakeflow backfill --all (the faster of two).
+type BackfillResult struct {
+	Events  int64   `json:"events"`
+	Seconds float64 `json:"seconds"`
+	Rate    float64 `json:"events_per_second"`
 }
 
 // RunResult measures one `lakeflow run`.
@@ -111,21 +123,32 @@ func run(events int, out string, keep bool) error {
 	if err != nil {
 		return err
 	}
-	// Six pipelines on the same source, each with its own slot: three
-	// without contracts, three with the demo's. The machine is shared and
-	// noisy: each kind runs three times, interleaved (plain, rules, rules,
-	// plain, plain, rules), and the fastest run of each counts.
-	kinds := []int{0, 1, 1, 0, 0, 1}
+	// Nine pipelines on the same source, each with its own slot: three
+	// of each variant (0 plain: no contracts, no gold; 1 rules: the demo's
+	// contracts; 2 gold: contracts and the demo's gold marts). The machine
+	// is shared and noisy: the runs interleave, and the fastest of each
+	// variant counts.
+	kinds := []int{0, 1, 2, 2, 1, 0, 0, 1, 2}
+	none := filepath.Join(work, "none")
+	if err := os.MkdirAll(none, 0o755); err != nil {
+		return err
+	}
 	cfgFiles := make([]string, len(kinds))
 	for i, kind := range kinds {
-		contractsDir := []string{filepath.Join(work, "no-contracts"), filepath.Join(repo, "contracts")}[kind]
+		contractsDir, goldDir := filepath.Join(repo, "contracts"), none
+		switch kind {
+		case 0:
+			contractsDir = none
+		case 2:
+			goldDir = filepath.Join(repo, "sql", "gold")
+		}
 		kafkaPort, err := freePort()
 		if err != nil {
 			return err
 		}
 		cfgFiles[i] = filepath.Join(work, fmt.Sprintf("lakeflow-%d.toml", i))
-		cfg := fmt.Sprintf("data_dir = \"data-%d\"\n[source]\ndsn = %q\nslot = \"bench_%d\"\n[kafka]\nlisten = \"127.0.0.1:%d\"\n[contracts]\ndir = %q\n",
-			i, dsn, i, kafkaPort, contractsDir)
+		cfg := fmt.Sprintf("data_dir = \"data-%d\"\n[source]\ndsn = %q\nslot = \"bench_%d\"\n[kafka]\nlisten = \"127.0.0.1:%d\"\n[contracts]\ndir = %q\n[gold]\ndir = %q\n",
+			i, dsn, i, kafkaPort, contractsDir, goldDir)
 		if err := os.WriteFile(cfgFiles[i], []byte(cfg), 0o644); err != nil {
 			return err
 		}
@@ -170,9 +193,10 @@ func run(events int, out string, keep bool) error {
 	res.RecvlogicalRate = float64(res.Changes) / res.RecvlogicalSecs
 	conn.Exec(ctx, "SELECT pg_drop_replication_slot('bench_recvlogical')")
 
-	best := []*RunResult{&res.Plain, &res.Rules}
+	best := []*RunResult{&res.Plain, &res.Rules, &res.Gold}
+	names := []string{"without contracts or gold", "with the demo's contracts", "with contracts and gold marts"}
 	for i, kind := range kinds {
-		step("lakeflow run %s (%d of %d): WAL → Kafka → lake + silver", []string{"without contracts", "with the demo's contracts"}[kind], i+1, len(kinds))
+		step("lakeflow run %s (%d of %d): WAL → Kafka → lake + silver", names[kind], i+1, len(kinds))
 		var r RunResult
 		if err := measure(bin, cfgFiles[i], &r); err != nil {
 			return err
@@ -183,24 +207,57 @@ func run(events int, out string, keep bool) error {
 		}
 	}
 	res.RulesRatio = res.Rules.Rate / res.Plain.Rate
+	res.GoldRatio = res.Gold.Rate / res.Rules.Rate
+	for i := range 2 {
+		step("lakeflow backfill --all of the last run's lake (%d of 2)", i+1)
+		b, err := backfill(bin, cfgFiles[len(cfgFiles)-1], filepath.Join(work, "rebuilt.duckdb"))
+		if err != nil {
+			return err
+		}
+		if b.Rate > res.Backfill.Rate {
+			res.Backfill = b
+		}
+	}
 	line := func(name string, r RunResult) {
 		fmt.Printf("  %-22s %.2f s  = %.0f events/s  (%.0f%% of pg_recvlogical; %d lake files, %d quarantined)\n"+
-			"  %-22s peak RSS %.0f MiB, CPU %.1f s (%.1f µs per event); stage %.2f s, decode %.2f s, lake %.2f s, rules %.2f s, merge %.2f s, commit %.2f s\n",
+			"  %-22s peak RSS %.0f MiB, CPU %.1f s (%.1f µs per event); stage %.2f s, decode %.2f s, lake %.2f s, rules %.2f s, history %.2f s, merge %.2f s, gold %.2f s, commit %.2f s\n",
 			name, r.Seconds, r.Rate, 100*r.Rate/res.RecvlogicalRate, r.LakeFiles, r.Quarantined, "",
 			float64(r.PeakRSS)/(1<<20), r.CPUSecs, 1e6*r.CPUSecs/float64(max(r.Events, 1)),
-			r.Phases["stage"], r.Phases["decode"], r.Phases["lake"], r.Phases["rules"], r.Phases["merge"], r.Phases["commit"])
+			r.Phases["stage"], r.Phases["decode"], r.Phases["lake"], r.Phases["rules"], r.Phases["history"], r.Phases["merge"], r.Phases["gold"], r.Phases["commit"])
 	}
 	fmt.Printf("lakeflow benchmark (%d CPUs, %s, PostgreSQL %s)\n  source load:           %d changes in %d transactions, %.1f MB of WAL (%.1f s)\n  pg_recvlogical:        %.2f s  = %.0f changes/s   (pgoutput decoding, the source's limit)\n",
 		res.CPUs, res.GoVersion, res.PostgresVersion, res.Changes, res.Transactions, float64(res.WALBytes)/1e6, res.LoadSeconds,
 		res.RecvlogicalSecs, res.RecvlogicalRate)
 	line("lakeflow run:", res.Plain)
 	line("with contract rules:", res.Rules)
-	fmt.Printf("  rules on / off:        %.0f%% (fastest of each; every run, events/s: without %v, with %v)\n", 100*res.RulesRatio, res.Rates[0], res.Rates[1])
+	line("with rules and gold:", res.Gold)
+	fmt.Printf("  rules on / off:        %.0f%%\n  gold on / off:         %.0f%% (with rules both; fastest of each; every run, events/s: plain %v, rules %v, gold %v)\n",
+		100*res.RulesRatio, 100*res.GoldRatio, res.Rates[0], res.Rates[1], res.Rates[2])
+	fmt.Printf("  backfill --all:        %.2f s  = %.0f events/s  (lake → silver + history + quarantine + gold)\n", res.Backfill.Seconds, res.Backfill.Rate)
 	data, _ := json.MarshalIndent(res, "", "  ")
 	if keep {
 		fmt.Fprintln(os.Stderr, "working directory kept:", work)
 	}
 	return os.WriteFile(out, append(data, '\n'), 0o644)
+}
+
+// backfill runs lakeflow backfill --all --out on a config and reads the
+// rate it reports.
+func backfill(bin, cfgFile, out string) (BackfillResult, error) {
+	var r BackfillResult
+	cmd := exec.Command(bin, "--config", cfgFile, "backfill", "--all", "--out", out)
+	stdout, err := cmd.Output()
+	if err != nil {
+		return r, fmt.Errorf("lakeflow backfill: %v\n%s", err, stdout)
+	}
+	m := regexp.MustCompile(`: (\d+) events in ([0-9.]+) s`).FindSubmatch(stdout)
+	if m == nil {
+		return r, fmt.Errorf("lakeflow backfill said %q", stdout)
+	}
+	r.Events, _ = strconv.ParseInt(string(m[1]), 10, 64)
+	r.Seconds, _ = strconv.ParseFloat(string(m[2]), 64)
+	r.Rate = float64(r.Events) / r.Seconds
+	return r, nil
 }
 
 // measure runs `lakeflow run` on a config and fills r.
@@ -242,7 +299,7 @@ func runLakeflow(bin, cfgFile string) (string, *syscall.Rusage, error) {
 // phases adds up the per-phase durations of the "batch committed" lines.
 func phases(log string) map[string]float64 {
 	out := map[string]float64{}
-	re := regexp.MustCompile(`(stage|decode|lake|rules|merge|commit)=([0-9.]+[µm]?s)`)
+	re := regexp.MustCompile(`(stage|decode|lake|rules|history|merge|gold|commit)=([0-9.]+[µm]?s)`)
 	for _, line := range strings.Split(log, "\n") {
 		if !strings.Contains(line, `msg="batch committed"`) {
 			continue
