@@ -40,7 +40,7 @@ type BackfillStats struct {
 }
 
 // replayChunk is how many events a backfill applies per transaction.
-const replayChunk = 500_000
+const replayChunk = 1_000_000
 
 // Backfill rebuilds from the lake, through the stream's transforms.
 func Backfill(ctx context.Context, cfg *config.Config, opts BackfillOptions, log *slog.Logger) (BackfillStats, error) {

@@ -372,6 +372,27 @@ func (w *Warehouse) touch(ctx context.Context, m *mart, t, rel string) error {
 	return nil
 }
 
+// touchOnce is touch over the batch's changed rows of t, with the
+// answers of the same touched by SQL of t kept in answers.
+func (w *Warehouse) touchOnce(ctx context.Context, m *mart, t *table, answers map[string]string) error {
+	q := t.schema.Name + "\x00" + m.Touched[t.schema.Name]
+	tmp, ok := answers[q]
+	if !ok {
+		tmp = fmt.Sprintf("lakeflow_touched_%d", len(answers))
+		if err := w.changedView(ctx, changedTable(t.id)); err != nil {
+			return err
+		}
+		_, err := w.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT DISTINCT g::VARCHAR AS g FROM (%s) AS touched(g) WHERE g IS NOT NULL",
+			tmp, m.Touched[t.schema.Name]))
+		if err != nil {
+			return fmt.Errorf("%s:%d: %w", m.File, m.TouchedLine[t.schema.Name], err)
+		}
+		answers[q] = tmp
+	}
+	_, err := w.conn.ExecContext(ctx, fmt.Sprintf("INSERT INTO lakeflow.gold_pending SELECT %s, g FROM %s", literal(m.Name), tmp))
+	return err
+}
+
 // refreshMart recomputes the mart's pending partitions (all of it, for a
 // full mart) from silver.
 func (w *Warehouse) refreshMart(ctx context.Context, m *mart) error {
@@ -415,16 +436,28 @@ func (w *Warehouse) goldReads(order []*table) []*table {
 // batch's keys before and after the merge.
 func changedTable(id int) string { return fmt.Sprintf("lakeflow_changed_%d", id) }
 
+// keysTable holds the keys of the batch's changes of table id.
+func keysTable(id int) string { return fmt.Sprintf("lakeflow_keys_%d", id) }
+
 // batchKeys is SQL joining silver.T, aliased s, to the keys of the
-// batch's changes of t.
+// batch's changes of t (keysTable).
 func batchKeys(t *table) string {
-	var keys, on []string
+	var on []string
 	for i, k := range t.schema.KeyColumns() {
-		n := ident(t.schema.Columns[k].Name)
-		keys = append(keys, fmt.Sprintf("COALESCE(after, before).%s AS k%d", n, i))
-		on = append(on, fmt.Sprintf("s.%s = k.k%d", n, i))
+		on = append(on, fmt.Sprintf("s.%s = k.k%d", ident(t.schema.Columns[k].Name), i))
 	}
-	return fmt.Sprintf("SEMI JOIN (SELECT DISTINCT %s FROM %s WHERE op <> 't') k ON %s", strings.Join(keys, ", "), rowsTable(t.id), strings.Join(on, " AND "))
+	return fmt.Sprintf("SEMI JOIN %s k ON %s", keysTable(t.id), strings.Join(on, " AND "))
+}
+
+// keepKeys fills keysTable with the keys of the batch's changes of t.
+func (w *Warehouse) keepKeys(ctx context.Context, t *table) error {
+	var keys []string
+	for i, k := range t.schema.KeyColumns() {
+		keys = append(keys, fmt.Sprintf("COALESCE(after, before).%s AS k%d", ident(t.schema.Columns[k].Name), i))
+	}
+	_, err := w.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT DISTINCT %s FROM %s WHERE op <> 't'",
+		keysTable(t.id), strings.Join(keys, ", "), rowsTable(t.id)))
+	return err
 }
 
 // changedBefore keeps silver's rows of the batch's keys of each table in
@@ -433,6 +466,9 @@ func (w *Warehouse) changedBefore(ctx context.Context, tables []*table) error {
 	for _, t := range tables {
 		truncates, err := w.truncates(ctx, t)
 		if err != nil {
+			return err
+		}
+		if err := w.keepKeys(ctx, t); err != nil {
 			return err
 		}
 		silver := "silver." + ident(t.schema.Name)
@@ -463,6 +499,9 @@ func (w *Warehouse) refreshGold(ctx context.Context, tables []*table, now time.T
 			return nil, err
 		}
 	}
+	// Marts often ask the same of a table (the order day of an order):
+	// each question is answered once per batch.
+	answers := map[string]string{}
 	for _, m := range w.marts {
 		if !m.active {
 			continue
@@ -476,7 +515,7 @@ func (w *Warehouse) refreshGold(ctx context.Context, tables []*table, now time.T
 			if m.Grain == gold.Full {
 				_, err = w.conn.ExecContext(ctx, "INSERT INTO lakeflow.gold_pending VALUES (?, 'true')", m.Name)
 			} else {
-				err = w.touch(ctx, m, t.schema.Name, changedTable(t.id))
+				err = w.touchOnce(ctx, m, t, answers)
 			}
 			if err != nil {
 				return nil, err

@@ -6,7 +6,9 @@
 -- grain: order_date
 -- touched by silver.orders: created_at::DATE
 -- touched by silver.order_items: SELECT o.created_at::DATE FROM changed c JOIN silver.orders o ON o.id = c.order_id
--- touched by silver.products: SELECT o.created_at::DATE FROM changed c JOIN silver.order_items i ON i.product_id = c.id JOIN silver.orders o ON o.id = i.order_id
+-- A product's price does not count here (lines carry their own), so only a
+-- product whose category, or existence, changed touches the days it sold:
+-- touched by silver.products: SELECT o.created_at::DATE FROM (SELECT id FROM changed GROUP BY id HAVING count(DISTINCT (category, _deleted)) > 1) c JOIN silver.order_items i ON i.product_id = c.id JOIN silver.orders o ON o.id = i.order_id
 SELECT
     order_date, category, product_id, units, revenue_cents,
     rank() OVER (PARTITION BY order_date, category ORDER BY revenue_cents DESC) AS rank
