@@ -53,7 +53,7 @@ func backfillCommand() *cli.Command {
 				return err
 			}
 			if opts.All {
-				fmt.Fprintf(os.Stdout, "rebuilt %s from the lake: %d events in %.1f s (%.0f events/s), %d quarantined, %d lake files adopted\n",
+				fmt.Fprintf(os.Stdout, "rebuilt %s from the lake: %d events in %.2f s (%.0f events/s), %d quarantined, %d lake files adopted\n",
 					st.Path, st.Events, st.Seconds, float64(st.Events)/max(st.Seconds, 1e-9), st.Quarantined, st.Adopted)
 			}
 			return nil
