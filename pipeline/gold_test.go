@@ -54,10 +54,12 @@ func goldWorkload(t *testing.T, h *harness) {
 		})
 	}})
 	h.run(t, Options{Workload: mix(12)})
-	// Last, alone: only the products' touch refreshes the days they sold.
+	// Last, alone: only the products' touch refreshes the days they sold,
+	// and only an order's new image its new day.
 	h.run(t, Options{Workload: func(ctx context.Context, dsn string) error {
 		return applySteps(ctx, dsn, [][]string{
-			{`UPDATE products SET category = CASE category WHEN 'toys' THEN 'books' ELSE 'toys' END WHERE id IN (1, 2, 3)`}})
+			{`UPDATE products SET category = CASE category WHEN 'toys' THEN 'books' ELSE 'toys' END WHERE id IN (1, 2, 3)`},
+			{`UPDATE orders SET created_at = created_at - INTERVAL '30 days' WHERE id = (SELECT min(id) FROM orders WHERE status = 'paid')`}})
 	}})
 }
 

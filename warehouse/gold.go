@@ -483,19 +483,33 @@ func (w *Warehouse) changedBefore(ctx context.Context, tables []*table) error {
 	return nil
 }
 
+// afterImagesSQL adds to the changed rows of t silver's rows of the
+// batch's keys as the merge leaves them, from the batch itself rather
+// than silver (a scan of silver per table and batch costs more): each
+// key's newest change, deleted or not. A change the merge did not take
+// (older than silver's row) adds an image that only refreshes more; a
+// deleted row's values are those it had before, already there.
+func afterImagesSQL(t *table) string {
+	cols := make([]string, len(t.schema.Columns))
+	for i, c := range t.schema.Columns {
+		cols[i] = columnValue(c, "s.img") + " AS " + ident(c.Name)
+	}
+	return fmt.Sprintf(`INSERT INTO %s BY NAME SELECT %s, s._cdc_seq, s._cdc_ord, s._commit_ts, s.del AS _deleted FROM (%s) s`,
+		changedTable(t.id), strings.Join(cols, ", "), latestSQL(t.schema, t.id, false, len(t.rules) > 0))
+}
+
 // truncates counts the batch's truncates of t.
 func (w *Warehouse) truncates(ctx context.Context, t *table) (n int, err error) {
 	err = w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE op = 't'", rowsTable(t.id))).Scan(&n)
 	return n, err
 }
 
-// refreshGold adds silver's rows of the batch's keys after the merge to
-// the changed rows, records the partitions they touch for every active
+// refreshGold adds the batch's keys' rows after the merge to the changed
+// rows (afterImagesSQL), records the partitions they touch for every active
 // mart, and refreshes the marts whose cadence says so.
 func (w *Warehouse) refreshGold(ctx context.Context, tables []*table, now time.Time) (refreshed []*mart, err error) {
 	for _, t := range tables {
-		q := fmt.Sprintf("INSERT INTO %s SELECT s.* FROM silver.%s s %s", changedTable(t.id), ident(t.schema.Name), batchKeys(t))
-		if _, err := w.conn.ExecContext(ctx, q); err != nil {
+		if _, err := w.conn.ExecContext(ctx, afterImagesSQL(t)); err != nil {
 			return nil, err
 		}
 	}
