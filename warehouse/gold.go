@@ -396,6 +396,8 @@ func (w *Warehouse) touchOnce(ctx context.Context, m *mart, t *table, answers ma
 // refreshMart recomputes the mart's pending partitions (all of it, for a
 // full mart) from silver.
 func (w *Warehouse) refreshMart(ctx context.Context, m *mart) error {
+	t0 := time.Now()
+	defer func() { w.log.Debug("gold mart refreshed", "mart", m.Name, "took", time.Since(t0)) }()
 	var stmts []string
 	if m.Grain == gold.Full {
 		stmts = []string{
