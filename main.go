@@ -35,7 +35,7 @@ func main() {
 		Name:           "lakeflow",
 		Usage:          "PostgreSQL WAL → Kafka → Parquet lake + DuckDB warehouse, in one process",
 		Flags:          commonFlags(),
-		Commands:       []*cli.Command{runCommand(), contractsCommand(), backfillCommand()},
+		Commands:       []*cli.Command{runCommand(), contractsCommand(), backfillCommand(), asofCommand()},
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError:   usageError,
 		CommandNotFound: func(_ *cli.Context, name string) {
@@ -43,11 +43,55 @@ func main() {
 			os.Exit(exitConfig)
 		},
 	}
-	err := app.Run(os.Args)
+	err := app.Run(flagsFirst(app, os.Args))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "lakeflow: %s\n", oneLine(err.Error()))
 	}
 	os.Exit(exitCode(err))
+}
+
+// flagsFirst moves the flags of a command given after its arguments
+// (lakeflow asof 0/16B3748 --table orders) before them: urfave/cli stops
+// reading flags at the first argument.
+func flagsFirst(app *cli.App, args []string) []string {
+	var cmd *cli.Command
+	at := 0
+	for i, a := range args[1:] {
+		if !strings.HasPrefix(a, "-") {
+			cmd, at = app.Command(a), i+2
+			break
+		}
+	}
+	if cmd == nil {
+		return args
+	}
+	takesValue := map[string]bool{}
+	for _, f := range cmd.Flags {
+		_, isBool := f.(*cli.BoolFlag)
+		for _, n := range f.Names() {
+			takesValue[n] = !isBool
+		}
+	}
+	out := append([]string(nil), args[:at]...)
+	var rest []string
+	for i := at; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			rest = append(rest, args[i:]...)
+			i = len(args)
+		case strings.HasPrefix(a, "-") && len(a) > 1:
+			out = append(out, a)
+			name := strings.TrimLeft(a, "-")
+			if takesValue[name] && !strings.Contains(name, "=") && i+1 < len(args) {
+				out = append(out, args[i+1])
+				i++
+			}
+		default:
+			rest = append(rest, a)
+		}
+	}
+	return append(out, rest...)
 }
 
 // oneLine folds a message (DuckDB's span several lines) onto one line.

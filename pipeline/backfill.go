@@ -119,18 +119,17 @@ func rebuild(ctx context.Context, cfg *config.Config, path string, st *BackfillS
 		return err
 	}
 	step("old warehouse opened")
-	var schemas []warehouse.Schema
-	var floor = nw.Floor()
+	var ls warehouse.LakeState
 	if old != nil {
 		for id, t := range old.Schemas() {
-			schemas = append(schemas, warehouse.Schema{Topic: old.Topic(id), Table: t})
+			ls.Schemas = append(ls.Schemas, warehouse.Schema{Topic: old.Topic(id), Table: t})
 		}
-	} else if schemas, floor, err = nw.LakeSchemas(ctx); err != nil {
+	} else if ls, err = nw.ReadLakeState(ctx); err != nil {
 		nw.Close()
 		return err
 	}
 	schemaTopic := kafka.SchemaTopic(cfg.Kafka.TopicPrefix)
-	if err := nw.ApplySchemas(ctx, schemas, schemaTopic, warehouse.TopicPosition{Next: map[int32]int64{}}, nil); err != nil {
+	if err := nw.ApplySchemas(ctx, ls.Schemas, schemaTopic, warehouse.TopicPosition{Next: map[int32]int64{}}, nil); err != nil {
 		nw.Close()
 		return err
 	}
@@ -157,7 +156,7 @@ func rebuild(ctx context.Context, cfg *config.Config, path string, st *BackfillS
 		return err
 	}
 	if old == nil {
-		if err := nw.SetFloor(ctx, floor); err != nil {
+		if err := nw.SetFloor(ctx, ls.Floor, ls.Batch); err != nil {
 			return err
 		}
 		if err := nw.ImportDeadLetters(ctx); err != nil {
@@ -168,7 +167,7 @@ func rebuild(ctx context.Context, cfg *config.Config, path string, st *BackfillS
 		return err
 	}
 	step("lake files adopted")
-	if st.ReplayStats, err = nw.Replay(ctx, replayChunk); err != nil {
+	if st.ReplayStats, err = nw.Replay(ctx, warehouse.ReplayScope{ChunkEvents: replayChunk}); err != nil {
 		return err
 	}
 	step("lake replayed")

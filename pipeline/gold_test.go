@@ -152,9 +152,9 @@ func assertSameRows(t *testing.T, db *sql.DB, table, cols string) {
 	queryRow(t, db, "SELECT count(*) FROM a."+table, &n)
 	if diff != 0 || n == 0 {
 		var sample string
-		queryRow(t, db, fmt.Sprintf(`SELECT coalesce(string_agg(x::VARCHAR, chr(10)), '') FROM (SELECT 'stream' AS side, * FROM (%s EXCEPT ALL %s)
-			UNION ALL SELECT 'backfill', * FROM (%s EXCEPT ALL %s) ORDER BY ALL LIMIT 8) x`, a, b, b, a), &sample)
-		t.Errorf("%s: %d rows differ between stream and backfill (%d rows):\n%s", table, diff, n, sample)
+		queryRow(t, db, fmt.Sprintf(`SELECT coalesce(string_agg(x::VARCHAR, chr(10)), '') FROM (SELECT 'only in a' AS side, * FROM (%s EXCEPT ALL %s)
+			UNION ALL SELECT 'only in b', * FROM (%s EXCEPT ALL %s) ORDER BY ALL LIMIT 8) x`, a, b, b, a), &sample)
+		t.Errorf("%s: %d rows differ between warehouses a and b (%d rows in a):\n%s", table, diff, n, sample)
 	}
 }
 

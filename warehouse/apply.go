@@ -141,7 +141,7 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, touched map[*table]b
 	}
 	var files []lake.File
 	for _, t := range order {
-		tf, err := w.writeLake(ctx, t, b.Positions[t.topic].ID, floor)
+		tf, err := w.writeLake(ctx, t, b.Positions[t.topic].ID, floor, b.Watermark)
 		files = append(files, tf...)
 		if err != nil {
 			return files, fmt.Errorf("write lake files of %s: %w", t.schema.ID(), err)

@@ -23,6 +23,9 @@ var historyMeta = []string{"valid_from", "valid_to", "is_current", "_cdc_seq", "
 
 // keepsHistory says t's contract asks for history.
 func (w *Warehouse) keepsHistory(t *change.Table) bool {
+	if w.view != nil && !w.view.History {
+		return false
+	}
 	c := w.contracts.For(t.Schema, t.Name)
 	return c != nil && c.History
 }

@@ -17,8 +17,10 @@ import (
 // records them in lakeflow.lake_files. Each file carries, as Parquet
 // key-value metadata, what a warehouse rebuilt from the lake alone needs:
 // the table's schema and topic, and the source position up to which the
-// lake holds every event once the batch commits (floor).
-func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string, floor change.LSN) ([]lake.File, error) {
+// lake holds every event once the batch commits (floor); and, for a batch
+// that ends at a watermark, the batch and the source position it leaves
+// silver at, so lakeflow asof can name it without the warehouse.
+func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string, floor change.LSN, wm *change.Watermark) ([]lake.File, error) {
 	src := rowsTable(t.id)
 	newer := "kafka_offset > " + w.lakeHighExpr(t.topic)
 	rows, err := w.conn.QueryContext(ctx, fmt.Sprintf(`SELECT strftime(day, '%%Y-%%m-%%d'), kafka_partition, min(kafka_offset), max(kafka_offset),
@@ -49,8 +51,16 @@ func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string, flo
 	if err != nil {
 		return nil, err
 	}
-	meta := fmt.Sprintf("{%s: %s, %s: %s, %s: '%d'}", literal(metaSchema), literal(string(schema)), literal(metaTopic), literal(t.topic),
+	meta := fmt.Sprintf("%s: %s, %s: %s, %s: '%d'", literal(metaSchema), literal(string(schema)), literal(metaTopic), literal(t.topic),
 		literal(metaFloor), uint64(floor))
+	if wm != nil {
+		b, err := json.Marshal(BatchPosition{Batch: w.batch + 1, Seq: wm.Seq, Commit: commitTime(wm.Commit)})
+		if err != nil {
+			return nil, err
+		}
+		meta += ", " + literal(metaBatch) + ": " + literal(string(b))
+	}
+	meta = "{" + meta + "}"
 	var files []lake.File
 	for _, g := range groups {
 		f := w.lake.NewFile(lakeDir(t.schema), g.day, lake.Span{Partition: g.part, First: g.first, Last: g.last,
@@ -83,7 +93,26 @@ const (
 	metaSchema = "lakeflow.schema"
 	metaTopic  = "lakeflow.topic"
 	metaFloor  = "lakeflow.floor"
+	metaBatch  = "lakeflow.batch"
 )
+
+// BatchPosition is a position the pipeline recorded: the source position
+// (a consistent LSN) silver was at once batch Batch committed, and the
+// commit time of the source transaction there.
+type BatchPosition struct {
+	Batch  int64      `json:"batch"`
+	Seq    change.LSN `json:"seq"`
+	Commit time.Time  `json:"commit"`
+}
+
+// commitTime is a commit time in µs since the epoch as a time (zero if 0:
+// unknown).
+func commitTime(us int64) time.Time {
+	if us == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(us).UTC()
+}
 
 // lakeHighExpr is the per-partition lake high offset as SQL (-1: none).
 func (w *Warehouse) lakeHighExpr(topic string) string {

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
@@ -48,22 +47,28 @@ func (w *Warehouse) CopyStateTo(ctx context.Context, path string) error {
 	})
 }
 
-// LakeSchemas reads, from the metadata of the lake's files, each table's
-// newest schema and topic, and the position up to which the lake holds
-// every event (its floor).
-func (w *Warehouse) LakeSchemas(ctx context.Context) ([]Schema, change.LSN, error) {
-	dirs, err := os.ReadDir(w.lake.Abs("."))
+// LakeState is what the lake's files say of themselves: each table's
+// newest schema and topic, the position up to which the lake holds every
+// event (its floor), and the last batch a file names.
+type LakeState struct {
+	Schemas []Schema
+	Floor   change.LSN
+	Batch   int64
+}
+
+// ReadLakeState reads the lake's state from the metadata of each table's
+// newest file.
+func (w *Warehouse) ReadLakeState(ctx context.Context) (LakeState, error) {
+	var st LakeState
+	dirs, err := w.lake.Tables()
 	if err != nil {
-		return nil, 0, err
+		return st, err
 	}
 	var newest []string
 	for _, d := range dirs {
-		if !d.IsDir() || strings.HasPrefix(d.Name(), "_") {
-			continue
-		}
-		parts, err := w.lake.Parts(d.Name())
+		parts, err := w.lake.Parts(d)
 		if err != nil {
-			return nil, 0, err
+			return st, err
 		}
 		if len(parts) == 0 {
 			continue
@@ -71,56 +76,74 @@ func (w *Warehouse) LakeSchemas(ctx context.Context) ([]Schema, change.LSN, erro
 		last := slices.MaxFunc(parts, func(a, b lake.Part) int { return cmp.Compare(a.Span.MaxSeq, b.Span.MaxSeq) })
 		newest = append(newest, w.lake.Abs(last.Path))
 	}
-	if len(newest) == 0 {
-		return nil, 0, nil
-	}
-	rows, err := w.conn.QueryContext(ctx, fmt.Sprintf("SELECT file_name, decode(key), decode(value) FROM parquet_kv_metadata(%s)", sqlList(newest)))
+	meta, err := w.lakeMetadata(ctx, newest)
 	if err != nil {
-		return nil, 0, err
+		return st, err
+	}
+	for _, file := range newest {
+		m := meta[file]
+		if m[metaSchema] == "" {
+			return st, fmt.Errorf("lake file %s says nothing of its table (written before lakeflow kept a schema in each file): rebuild needs the old warehouse", file)
+		}
+		var t change.Table
+		if err := json.Unmarshal([]byte(m[metaSchema]), &t); err != nil {
+			return st, fmt.Errorf("lake file %s: schema: %w", file, err)
+		}
+		f, _ := strconv.ParseUint(m[metaFloor], 10, 64)
+		st.Floor = max(st.Floor, change.LSN(f))
+		if b, ok := batchPosition(m); ok {
+			st.Batch = max(st.Batch, b.Batch)
+		}
+		st.Schemas = append(st.Schemas, Schema{Topic: m[metaTopic], Table: &t})
+	}
+	return st, nil
+}
+
+// lakeMetadata reads the key-value metadata of lake files.
+func (w *Warehouse) lakeMetadata(ctx context.Context, files []string) (map[string]map[string]string, error) {
+	meta := map[string]map[string]string{}
+	if len(files) == 0 {
+		return meta, nil
+	}
+	rows, err := w.conn.QueryContext(ctx, fmt.Sprintf("SELECT file_name, decode(key), decode(value) FROM parquet_kv_metadata(%s)", sqlList(files)))
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
-	meta := map[string]map[string]string{}
 	for rows.Next() {
 		var file, k, v string
 		if err := rows.Scan(&file, &k, &v); err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		if meta[file] == nil {
 			meta[file] = map[string]string{}
 		}
 		meta[file][k] = v
 	}
-	if err := rows.Err(); err != nil {
-		return nil, 0, err
+	return meta, rows.Err()
+}
+
+// batchPosition is the batch a lake file's metadata names, if any.
+func batchPosition(meta map[string]string) (BatchPosition, bool) {
+	var b BatchPosition
+	if meta[metaBatch] == "" || json.Unmarshal([]byte(meta[metaBatch]), &b) != nil {
+		return b, false
 	}
-	var out []Schema
-	var floor change.LSN
-	for _, file := range newest {
-		m := meta[file]
-		if m[metaSchema] == "" {
-			return nil, 0, fmt.Errorf("lake file %s says nothing of its table (written before lakeflow kept a schema in each file): rebuild needs the old warehouse", file)
-		}
-		var t change.Table
-		if err := json.Unmarshal([]byte(m[metaSchema]), &t); err != nil {
-			return nil, 0, fmt.Errorf("lake file %s: schema: %w", file, err)
-		}
-		f, _ := strconv.ParseUint(m[metaFloor], 10, 64)
-		floor = max(floor, change.LSN(f))
-		out = append(out, Schema{Topic: m[metaTopic], Table: &t})
-	}
-	return out, floor, nil
+	return b, true
 }
 
 // SetFloor records that the lake holds every event up to floor: a
 // warehouse rebuilt without the old one's batches drops those events when
-// Kafka sends them again.
-func (w *Warehouse) SetFloor(ctx context.Context, floor change.LSN) error {
+// Kafka sends them again. Its batches are numbered after last, the last
+// the lake's files name, so a name stays with one position.
+func (w *Warehouse) SetFloor(ctx context.Context, floor change.LSN, last int64) error {
 	if floor <= w.floor {
 		return nil
 	}
-	_, err := w.conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO lakeflow.batches VALUES (%d, true, %d, %d, NULL, 0, now())`, w.batch+1, uint64(floor), uint64(floor)))
+	batch := max(w.batch, last) + 1
+	_, err := w.conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO lakeflow.batches VALUES (%d, true, %d, %d, NULL, 0, now())`, batch, uint64(floor), uint64(floor)))
 	if err == nil {
-		w.batch++
+		w.batch = batch
 		w.floor = floor
 	}
 	return err

@@ -4,35 +4,93 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
+	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/lake"
 )
 
 // ReplayStats describes a replay of the lake.
 type ReplayStats struct {
 	Events, Chunks, Quarantined int
-	Files                       int
+	// Files and Bytes are the lake files the replay read.
+	Files int
+	Bytes int64
 }
 
-// Replay applies every event of the lake to this warehouse, which holds
-// none of them yet, through the stream's transforms (applyRows: rules and
-// quarantine, history, merge, gold), in chunks of about chunkEvents
-// events that end at transaction boundaries, each in one transaction.
-// Lake files are not written: they are the input.
-func (w *Warehouse) Replay(ctx context.Context, chunkEvents int) (ReplayStats, error) {
+// ReplayScope says what a replay of the lake applies.
+type ReplayScope struct {
+	// ChunkEvents is about how many events each transaction applies.
+	ChunkEvents int
+	// Upto, if set, leaves out the transactions committed after it, in
+	// one transaction; the lake files that cannot hold any of the others
+	// are not read.
+	Upto *Bound
+	// Tables, if set, are the only tables replayed (by source ID).
+	Tables map[string]bool
+}
+
+// Bound is a point of the log: every transaction committed at or before
+// position Seq, or, when Time is set, at or before that commit time.
+type Bound struct {
+	Seq  change.LSN
+	Time time.Time
+}
+
+// admits says whether a lake file may hold a transaction at or before b.
+func (b *Bound) admits(p lake.Part) bool {
+	switch {
+	case b == nil:
+		return true
+	case b.Time.IsZero():
+		return p.Span.MinSeq <= b.Seq
+	default:
+		return p.Day <= b.Time.UTC().Format(time.DateOnly) // days are commit days in UTC
+	}
+}
+
+// where is SQL over lake events keeping those of positions (lo, hi] and
+// within the bound.
+func (b *Bound) where(lo, hi uint64) string {
+	cond := fmt.Sprintf("_cdc_seq > %d AND _cdc_seq <= %d", lo, hi)
+	if b != nil && !b.Time.IsZero() {
+		cond += fmt.Sprintf(" AND _commit_ts <= make_timestamptz(%d)", b.Time.UnixMicro())
+	}
+	return cond
+}
+
+// Replay applies the lake's events in scope to this warehouse, which
+// holds none of them yet, through the stream's transforms (applyRows:
+// rules and quarantine, history, merge, gold), in chunks that end at
+// transaction boundaries, each in one transaction. Lake files are not
+// written: they are the input.
+func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats, error) {
 	var st ReplayStats
 	files := map[*table][]string{}
 	var all []string
 	for _, t := range w.tables {
+		if scope.Tables != nil && !scope.Tables[t.schema.ID()] {
+			continue
+		}
 		parts, err := w.lake.Parts(lakeDir(t.schema))
 		if err != nil {
 			return st, err
 		}
 		for _, p := range parts {
-			files[t] = append(files[t], w.lake.Abs(p.Path))
+			if !scope.Upto.admits(p) {
+				continue
+			}
+			path := w.lake.Abs(p.Path)
+			fi, err := os.Stat(path)
+			if err != nil {
+				return st, err
+			}
+			st.Bytes += fi.Size()
+			files[t] = append(files[t], path)
 		}
 		all = append(all, files[t]...)
 	}
@@ -40,9 +98,14 @@ func (w *Warehouse) Replay(ctx context.Context, chunkEvents int) (ReplayStats, e
 	if len(all) == 0 {
 		return st, nil
 	}
-	bounds, err := w.chunkBounds(ctx, all, chunkEvents)
-	if err != nil {
-		return st, err
+	bounds := []uint64{math.MaxUint64}
+	if scope.Upto == nil {
+		var err error
+		if bounds, err = w.chunkBounds(ctx, all, scope.ChunkEvents); err != nil {
+			return st, err
+		}
+	} else if scope.Upto.Time.IsZero() {
+		bounds[0] = uint64(scope.Upto.Seq)
 	}
 	order := make([]*table, 0, len(files))
 	for t := range files {
@@ -67,7 +130,7 @@ func (w *Warehouse) Replay(ctx context.Context, chunkEvents int) (ReplayStats, e
 			keyOnly := map[*table]bool{}
 			var touched []*table
 			for _, t := range order {
-				n, ko, err := w.loadRows(ctx, t, files[t], renames[t.schema.ID()], lo, hi)
+				n, ko, err := w.loadRows(ctx, t, files[t], renames[t.schema.ID()], scope.Upto.where(lo, hi))
 				if err != nil {
 					return fmt.Errorf("read the lake of %s: %w", t.schema.ID(), err)
 				}
@@ -166,13 +229,13 @@ func (w *Warehouse) renameChains(ctx context.Context) (map[string]map[string][]s
 	return out, rows.Err()
 }
 
-// loadRows fills the rows table of t with its lake events of positions
-// (lo, hi], in the shape the stream's decode gives (images of the current
+// loadRows fills the rows table of t with its lake events that where
+// (SQL) keeps, in the shape the stream's decode gives (images of the current
 // schema: a column renamed since is read under its old name), and
 // reports how many there are and whether a delete holds only the key (a
 // before image whose other columns are all NULL: the lake keeps no flag,
 // and for a full image the key-only apply gives the same row).
-func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, renames map[string][]string, lo, hi uint64) (int, bool, error) {
+func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, renames map[string][]string, where string) (int, bool, error) {
 	src := fmt.Sprintf("read_parquet(%s, union_by_name = true)", sqlList(files))
 	fields, err := w.structFields(ctx, src)
 	if err != nil {
@@ -204,7 +267,7 @@ func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, rena
 	}
 	_, err = w.conn.ExecContext(ctx, fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE %s AS
 SELECT op, %s, %s, _cdc_seq, _cdc_ord, _commit_ts, lsn, tx_id, kafka_topic, kafka_partition, kafka_offset
-FROM %s WHERE _cdc_seq > %d AND _cdc_seq <= %d`, rowsTable(t.id), image("before"), image("after"), src, lo, hi))
+FROM %s WHERE %s`, rowsTable(t.id), image("before"), image("after"), src, where))
 	if err != nil {
 		return 0, false, err
 	}

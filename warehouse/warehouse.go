@@ -52,6 +52,8 @@ type Warehouse struct {
 	marts     []*mart
 	// refreshing are the marts the batch being applied refreshes.
 	refreshing []*mart
+	// view, if set, says the warehouse only reads the lake (OpenView).
+	view *View
 	// beforeCommit, if set, runs just before a batch commits (tests).
 	beforeCommit func()
 }
@@ -134,6 +136,31 @@ CREATE TABLE IF NOT EXISTS lakeflow.source_state (
 // Open opens (creating if needed) the warehouse at cfg.Path, finishes any
 // lake publication a crash interrupted, and loads the table registry.
 func Open(ctx context.Context, cfg config.Warehouse, lk *lake.Lake, log *slog.Logger) (*Warehouse, error) {
+	return open(ctx, cfg, lk, log, nil)
+}
+
+// View says how a warehouse that only reads the lake (lakeflow asof) is
+// built: it leaves the lake's staging alone (a running pipeline owns it),
+// and keeps history only if asked.
+type View struct {
+	History bool
+}
+
+// OpenView creates a warehouse at path ("": in memory) that reads the
+// lake and never writes it.
+func OpenView(ctx context.Context, path string, memoryLimit int64, lk *lake.Lake, log *slog.Logger, v View) (*Warehouse, error) {
+	return open(ctx, config.Warehouse{Path: path, MemoryLimit: memoryLimit}, lk, log, &v)
+}
+
+// SkipHistory makes a view keep no history, from the tables registered
+// next on.
+func (w *Warehouse) SkipHistory() {
+	if w.view != nil {
+		w.view.History = false
+	}
+}
+
+func open(ctx context.Context, cfg config.Warehouse, lk *lake.Lake, log *slog.Logger, view *View) (*Warehouse, error) {
 	path := cfg.Path
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("%w: create %s: %v", fault.ErrEnvironment, filepath.Dir(path), err)
@@ -147,7 +174,7 @@ func Open(ctx context.Context, cfg config.Warehouse, lk *lake.Lake, log *slog.Lo
 		db.Close()
 		return nil, openError(path, err)
 	}
-	w := &Warehouse{path: path, db: db, conn: conn, lake: lk, log: log,
+	w := &Warehouse{path: path, db: db, conn: conn, lake: lk, log: log, view: view,
 		tables: map[string]*table{}, byTopic: map[string]*table{},
 		lakeHigh: map[string]map[int32]int64{}, known: map[*table]bool{}}
 	if err := w.init(ctx, cfg.MemoryLimit); err != nil {
@@ -201,6 +228,9 @@ func (w *Warehouse) init(ctx context.Context, memoryLimit int64) error {
 	}
 	if err := w.resetScratch(ctx, "lakeflow_stage", "lakeflow_dead", "lakeflow_failures"); err != nil {
 		return fmt.Errorf("initialise warehouse %s: %w", w.path, err)
+	}
+	if w.view != nil {
+		return nil
 	}
 	published, removed, err := w.lake.Recover(func(path string) (bool, error) {
 		var n int

@@ -202,6 +202,22 @@ func (l *Lake) Parts(table string) ([]Part, error) {
 	return out, nil
 }
 
+// Tables lists the lake's table directories (those holding events; the
+// dead letters' and staging directories are not tables).
+func (l *Lake) Tables() ([]string, error) {
+	entries, err := os.ReadDir(l.dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), "_") {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
 // HighOffsets returns, per Kafka partition, the highest offset a
 // published file of table holds. A warehouse rebuilt from Kafka uses it to
 // leave events already in the lake out of new lake files.

@@ -79,6 +79,10 @@ func (d *Decoder) NextPosition(lsn change.LSN) change.Position {
 // InTransaction reports whether a Begin has been seen without its Commit.
 func (d *Decoder) InTransaction() bool { return d.inTxn }
 
+// LastCommit is the commit time (µs) of the last transaction decoded, 0
+// before the first.
+func (d *Decoder) LastCommit() int64 { return d.commit }
+
 // pgEpochMicros is 2000-01-01 in microseconds since the Unix epoch.
 const pgEpochMicros = 946684800 * 1000000
 

@@ -220,12 +220,12 @@ func (s *Source) handle(ctx context.Context, dec *Decoder, cat *catalog, sink Si
 		}
 		// Nothing is open: everything before this message is handed over,
 		// so its LSN may be confirmed once the sink has acknowledged that.
-		at := change.LSN(msg.LSN)
-		switch msg.Prefix {
-		case heartbeatPrefix:
-			sink.EndTxn(change.Boundary{Seq: at, End: at})
-		case drainPrefix:
-			sink.EndTxn(change.Boundary{Seq: at, End: at})
+		// The source as of it is the source as of the last commit.
+		b := change.Boundary{Seq: change.LSN(msg.LSN), End: change.LSN(msg.LSN), Commit: dec.LastCommit()}
+		if msg.Prefix == heartbeatPrefix || msg.Prefix == drainPrefix {
+			sink.EndTxn(b)
+		}
+		if msg.Prefix == drainPrefix {
 			return nonce != "" && string(msg.Content) == nonce, nil
 		}
 	}

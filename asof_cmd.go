@@ -1,0 +1,159 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/lakeflow/lakeflow/pipeline"
+	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/warehouse"
+)
+
+func asofCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "asof",
+		Usage:     "the data as it was at a position of the log, from the lake (runs beside lakeflow run)",
+		ArgsUsage: "<position>",
+		Description: "A position is " + pipeline.PositionForms + ".\n" +
+			"The state is what silver said once every transaction committed at or before the position was applied\n" +
+			"(rules and quarantine as the stream applies them). Give one of --table, --query or --out, or --list.",
+		Flags: append(commonFlags(),
+			&cli.StringFlag{Name: "table", Usage: "print this table as of the position (silver tables by name; also <table>_history and gold.<mart>)"},
+			&cli.StringFlag{Name: "where", Usage: "with --table: a SQL condition on its rows"},
+			&cli.IntFlag{Name: "limit", Usage: "print at most this many rows (0: all)"},
+			&cli.StringFlag{Name: "format", Value: "text", Usage: "text (aligned), csv, json (one object per line) or markdown"},
+			&cli.StringFlag{Name: "query", Usage: "run this SQL over the as-of tables (silver.*, silver.*_history, gold.*, lakeflow.quarantine)"},
+			&cli.StringFlag{Name: "out", Usage: "write the whole as-of warehouse (silver, history, gold, quarantine) to this new DuckDB file"},
+			&cli.BoolFlag{Name: "list", Usage: "list the positions the pipeline recorded (its consistent batches), newest first"},
+		),
+		OnUsageError: usageError,
+		Action: func(c *cli.Context) error {
+			if err := checkFormat(c.String("format")); err != nil {
+				return err
+			}
+			if c.Int("limit") < 0 {
+				return fmt.Errorf("%w: --limit must be 0 (all) or more", fault.ErrConfig)
+			}
+			if c.Bool("list") {
+				if c.NArg() > 0 || c.IsSet("table") || c.IsSet("query") || c.IsSet("out") {
+					return fmt.Errorf("%w: --list takes no position, --table, --query or --out", fault.ErrConfig)
+				}
+				return listPositions(c)
+			}
+			given := 0
+			for _, f := range []string{"table", "query", "out"} {
+				if c.IsSet(f) {
+					given++
+				}
+			}
+			switch {
+			case c.NArg() != 1:
+				return fmt.Errorf("%w: asof takes one position (got %d arguments); it is %s", fault.ErrConfig, c.NArg(), pipeline.PositionForms)
+			case given != 1:
+				return fmt.Errorf("%w: give one of --table, --query or --out", fault.ErrConfig)
+			case c.IsSet("where") && !c.IsSet("table"):
+				return fmt.Errorf("%w: --where goes with --table", fault.ErrConfig)
+			}
+			cfg, log, err := setupQuiet(c)
+			if err != nil {
+				return err
+			}
+			a, err := pipeline.BuildAsOf(c.Context, cfg, pipeline.AsOfOptions{Position: c.Args().First(), Table: c.String("table"), Out: c.String("out")}, log)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			if a.After {
+				fmt.Fprintf(os.Stderr, "lakeflow: %s is after the lake's last event (%s, committed %s): this is the latest state\n",
+					c.Args().First(), a.Last.Seq, a.Last.Commit.Format(time.RFC3339Nano))
+			}
+			log.Info("as-of warehouse built", "files", a.Stats.Files, "bytes", a.Stats.Bytes, "events", a.Stats.Events, "seconds", a.Seconds)
+			if c.IsSet("out") {
+				fmt.Fprintf(os.Stdout, "wrote %s: the warehouse as of %s (%d events from %d lake files, %.1f MB, in %.2f s)\n",
+					c.String("out"), c.Args().First(), a.Stats.Events, a.Stats.Files, float64(a.Stats.Bytes)/1e6, a.Seconds)
+				return nil
+			}
+			q := c.String("query")
+			if c.IsSet("table") {
+				q = tableQuery(a, c.String("where"))
+			}
+			if n := c.Int("limit"); n > 0 {
+				q = fmt.Sprintf("SELECT * FROM (%s\n) LIMIT %d", strings.TrimRight(strings.TrimSpace(q), ";"), n)
+			}
+			res, err := a.Query(c.Context, q, c.String("format") == "json")
+			if err != nil {
+				return fmt.Errorf("%w: %v", fault.ErrConfig, err)
+			}
+			return printResult(os.Stdout, res, c.String("format"))
+		},
+	}
+}
+
+// tableQuery is the query printing the table asked for: a silver table's
+// live rows by key (soft-deleted rows are gone as of then), any other
+// table whole.
+func tableQuery(a *pipeline.AsOf, where string) string {
+	if !a.Silver {
+		q := "SELECT * FROM " + a.Relation
+		if where != "" {
+			q += " WHERE (" + where + ")"
+		}
+		return q + " ORDER BY ALL"
+	}
+	q := "SELECT * EXCLUDE (_deleted) FROM " + a.Relation + " WHERE NOT _deleted"
+	if where != "" {
+		q += " AND (" + where + ")"
+	}
+	return q + " ORDER BY " + strings.Join(a.Key, ", ")
+}
+
+// listPositions prints the recorded positions.
+func listPositions(c *cli.Context) error {
+	cfg, log, err := setupQuiet(c)
+	if err != nil {
+		return err
+	}
+	n := c.Int("limit")
+	if n == 0 {
+		n = 20
+	}
+	bs, err := pipeline.AsOfBatches(c.Context, cfg, n, log)
+	if err != nil {
+		return err
+	}
+	res := warehouse.Result{Columns: []string{"position", "lsn", "_cdc_seq", "commit_ts"}}
+	for _, b := range bs {
+		commit := "unknown"
+		if !b.Commit.IsZero() {
+			commit = b.Commit.Format(time.RFC3339Nano)
+		}
+		vals := []string{fmt.Sprintf("batch:%d", b.Batch), b.Seq.String(), fmt.Sprint(uint64(b.Seq)), commit}
+		row := make([]*string, len(vals))
+		for i := range vals {
+			row[i] = &vals[i]
+		}
+		res.Rows = append(res.Rows, row)
+		res.JSON = append(res.JSON, fmt.Sprintf(`{"position":%q,"lsn":%q,"_cdc_seq":%d,"commit_ts":%q}`, vals[0], vals[1], uint64(b.Seq), commit))
+	}
+	return printResult(os.Stdout, res, c.String("format"))
+}
+
+// setupQuiet is setup with warnings and errors only, unless --log-level
+// says otherwise: a query's output is what the user asked for.
+func setupQuiet(c *cli.Context) (*config.Config, *slog.Logger, error) {
+	for _, ctx := range c.Lineage() {
+		if ctx.IsSet("log-level") {
+			return setup(c)
+		}
+	}
+	if err := c.Set("log-level", "warn"); err != nil {
+		return nil, nil, err
+	}
+	return setup(c)
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/warehouse"
+)
+
+// Output formats of query results.
+var formats = []string{"text", "csv", "json", "markdown"}
+
+// checkFormat refuses a --format lakeflow does not print.
+func checkFormat(f string) error {
+	for _, ok := range formats {
+		if f == ok {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: --format %q: want %s", fault.ErrConfig, f, strings.Join(formats, ", "))
+}
+
+// printResult prints a query result: aligned text (NULL shown as NULL),
+// CSV with a header (NULL as an empty field), one JSON object per line,
+// or a Markdown table.
+func printResult(w io.Writer, r warehouse.Result, format string) error {
+	switch format {
+	case "json":
+		for _, row := range r.JSON {
+			if _, err := fmt.Fprintln(w, row); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "csv":
+		cw := csv.NewWriter(w)
+		if err := cw.Write(r.Columns); err != nil {
+			return err
+		}
+		rec := make([]string, len(r.Columns))
+		for _, row := range r.Rows {
+			for i, v := range row {
+				rec[i] = ""
+				if v != nil {
+					rec[i] = *v
+				}
+			}
+			if err := cw.Write(rec); err != nil {
+				return err
+			}
+		}
+		cw.Flush()
+		return cw.Error()
+	}
+	cells := make([][]string, 0, len(r.Rows)+1)
+	cells = append(cells, r.Columns)
+	for _, row := range r.Rows {
+		line := make([]string, len(row))
+		for i, v := range row {
+			line[i] = "NULL"
+			if v != nil {
+				line[i] = *v
+			}
+			if format == "markdown" {
+				line[i] = strings.ReplaceAll(line[i], "|", `\|`)
+			}
+			line[i] = strings.ReplaceAll(line[i], "\n", `\n`)
+		}
+		cells = append(cells, line)
+	}
+	md := format == "markdown"
+	widths := make([]int, len(r.Columns))
+	for _, line := range cells {
+		for i, c := range line {
+			widths[i] = max(widths[i], utf8.RuneCountInString(c), 3)
+		}
+	}
+	sep, edge := "  ", ""
+	if md {
+		sep, edge = " | ", "|"
+	}
+	var b strings.Builder
+	row := func(line []string) {
+		if md {
+			b.WriteString(edge + " ")
+		}
+		for i, c := range line {
+			if i > 0 {
+				b.WriteString(sep)
+			}
+			b.WriteString(c)
+			if i < len(line)-1 || md {
+				b.WriteString(strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c)))
+			}
+		}
+		if md {
+			b.WriteString(" " + edge)
+		}
+		b.WriteByte('\n')
+	}
+	row(cells[0])
+	rule := make([]string, len(widths))
+	for i, n := range widths {
+		rule[i] = strings.Repeat("-", n)
+	}
+	row(rule)
+	for _, line := range cells[1:] {
+		row(line)
+	}
+	if !md {
+		plural := "s"
+		if len(r.Rows) == 1 {
+			plural = ""
+		}
+		fmt.Fprintf(&b, "(%d row%s)\n", len(r.Rows), plural)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,367 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/lakeflow/lakeflow/contracts"
+	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/pipeline/kafka"
+	"github.com/lakeflow/lakeflow/pipeline/lake"
+	"github.com/lakeflow/lakeflow/warehouse"
+)
+
+// AsOfOptions say what lakeflow asof builds.
+type AsOfOptions struct {
+	// Position is the point of the log, in any form PositionForms lists.
+	Position string
+	// Table, if set, is the one table asked for. A silver table is built
+	// alone (with the tables its contract's rules read); history tables
+	// and gold marts need everything.
+	Table string
+	// Out, if set, is a new DuckDB file to write the whole as-of
+	// warehouse to.
+	Out string
+}
+
+// PositionForms are the positions lakeflow asof takes.
+const PositionForms = "an LSN (0/1A2B3C4), a _cdc_seq (27439044), a Kafka record (<topic>:<partition>:<offset>), " +
+	"a commit time (RFC 3339, 2024-07-01T09:00:00+02:00, or a day, 2024-07-01, meaning its start in UTC), or a recorded batch (batch:42, see --list)"
+
+// AsOf is the warehouse as of a position, built from the lake alone
+// through the stream's transforms: silver (soft-deleted rows included,
+// as silver keeps them), the quarantine, and unless one silver table was
+// asked for, the history and the gold marts. Close it when done.
+type AsOf struct {
+	*warehouse.Warehouse
+	// Bound is the position resolved.
+	Bound warehouse.Bound
+	// After says the position is after the lake's last event: this is the
+	// latest state, Last.
+	After bool
+	Last  warehouse.LakeEvent
+	// Relation is the table asked for, as SQL; Silver says it is a silver
+	// table (Key lists its key columns).
+	Relation string
+	Silver   bool
+	Key      []string
+	Stats    warehouse.ReplayStats
+	Seconds  float64
+}
+
+// BuildAsOf builds the warehouse as of opts.Position from the lake. It
+// never opens the live warehouse and takes no lock: it runs beside
+// lakeflow run.
+func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *slog.Logger) (*AsOf, error) {
+	t0 := time.Now()
+	pos, err := parsePosition(opts.Position)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(cfg.Lake.Dir); err != nil {
+		return nil, fmt.Errorf("%w: no lake at %s (lake.dir): run lakeflow run first", fault.ErrConfig, cfg.Lake.Dir)
+	}
+	set, err := loadContracts(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	lk, err := lake.Open(cfg.Lake.Dir)
+	if err != nil {
+		return nil, err
+	}
+	path := ""
+	if opts.Out != "" {
+		if _, err := os.Stat(opts.Out); err == nil {
+			return nil, fmt.Errorf("%w: --out %s exists: remove it or name a new file", fault.ErrConfig, opts.Out)
+		}
+		path = opts.Out + ".tmp"
+		for _, p := range []string{path, path + ".wal"} {
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
+			}
+		}
+	}
+	wh, err := warehouse.OpenView(ctx, path, cfg.Warehouse.MemoryLimit, lk, log, warehouse.View{History: true})
+	if err != nil {
+		return nil, err
+	}
+	a := &AsOf{Warehouse: wh}
+	fail := func(err error) (*AsOf, error) {
+		wh.Close()
+		if path != "" {
+			os.Remove(path)
+			os.Remove(path + ".wal")
+		}
+		return nil, err
+	}
+	ls, err := wh.ReadLakeState(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	if len(ls.Schemas) == 0 {
+		return fail(fmt.Errorf("%w: the lake at %s holds no events yet", fault.ErrConfig, cfg.Lake.Dir))
+	}
+	silverOnly := false
+	if opts.Table != "" {
+		name := strings.TrimPrefix(opts.Table, "silver.")
+		for _, s := range ls.Schemas {
+			if s.Table.Name == name {
+				silverOnly, a.Relation, a.Silver = true, "silver."+quoteIdent(name), true
+				for _, i := range s.Table.KeyColumns() {
+					a.Key = append(a.Key, quoteIdent(s.Table.Columns[i].Name))
+				}
+			}
+		}
+		if !silverOnly {
+			a.Relation = opts.Table
+		}
+	}
+	if silverOnly {
+		wh.SkipHistory() // one silver table: no history asked for
+	}
+	if err := a.resolve(ctx, pos, ls); err != nil {
+		return fail(err)
+	}
+	schemas := ls.Schemas
+	var tables map[string]bool
+	if silverOnly {
+		tables = readBy(set, ls.Schemas, a.Relation)
+		schemas = schemas[:0:0]
+		for _, s := range ls.Schemas {
+			if tables[s.Table.ID()] {
+				schemas = append(schemas, s)
+			}
+		}
+	}
+	if err := wh.ApplySchemas(ctx, schemas, kafka.SchemaTopic(cfg.Kafka.TopicPrefix), warehouse.TopicPosition{Next: map[int32]int64{}}, nil); err != nil {
+		return fail(err)
+	}
+	if err := wh.SetContracts(ctx, set); err != nil {
+		return fail(err)
+	}
+	if a.Stats, err = wh.Replay(ctx, warehouse.ReplayScope{Upto: &a.Bound, Tables: tables}); err != nil {
+		return fail(err)
+	}
+	if !silverOnly {
+		if err := setMarts(ctx, cfg, wh); err != nil {
+			return fail(err)
+		}
+	}
+	if err := wh.RecordAsOf(ctx, opts.Position, a.Bound); err != nil {
+		return fail(err)
+	}
+	if opts.Out != "" {
+		if err := wh.DropState(ctx); err != nil {
+			return fail(err)
+		}
+		if err := wh.Close(); err != nil {
+			return fail(err)
+		}
+		if err := os.Rename(path, opts.Out); err != nil {
+			return nil, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
+		}
+		a.Warehouse = nil
+	}
+	a.Seconds = time.Since(t0).Seconds()
+	return a, nil
+}
+
+// Close closes the as-of warehouse (an --out one is closed already).
+func (a *AsOf) Close() error {
+	if a.Warehouse == nil {
+		return nil
+	}
+	return a.Warehouse.Close()
+}
+
+// readBy is the set of tables (source IDs) to build for the silver table
+// rel: it, and the tables its contract's existence rules read, and
+// theirs.
+func readBy(set contracts.Set, schemas []warehouse.Schema, rel string) map[string]bool {
+	out := map[string]bool{}
+	var add func(id string)
+	add = func(id string) {
+		if out[id] {
+			return
+		}
+		out[id] = true
+		if c := set[id]; c != nil {
+			for _, r := range c.Rules {
+				if r.References != nil {
+					add(r.References.Table.String())
+				}
+			}
+		}
+	}
+	for _, s := range schemas {
+		if "silver."+quoteIdent(s.Table.Name) == rel {
+			add(s.Table.ID())
+		}
+	}
+	return out
+}
+
+// position is a parsed position: one of its fields is set.
+type position struct {
+	seq   change.LSN
+	isSeq bool
+	time  time.Time
+	kafka *kafkaRecord
+	batch int64
+}
+
+type kafkaRecord struct {
+	topic     string
+	partition int32
+	offset    int64
+}
+
+var (
+	lsnForm   = regexp.MustCompile(`^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$`)
+	kafkaForm = regexp.MustCompile(`^([A-Za-z0-9._-]+):(\d+):(\d+)$`)
+	batchForm = regexp.MustCompile(`^batch:(\d+)$`)
+)
+
+// parsePosition parses a position in any of PositionForms.
+func parsePosition(s string) (position, error) {
+	var p position
+	s = strings.TrimSpace(s)
+	bad := func(why string) (position, error) {
+		return p, fmt.Errorf("%w: position %q %s; give %s", fault.ErrConfig, s, why, PositionForms)
+	}
+	switch {
+	case s == "":
+		return bad("is empty")
+	case lsnForm.MatchString(s):
+		l, err := pglogrepl.ParseLSN(s)
+		if err != nil {
+			return bad("is not an LSN")
+		}
+		p.seq, p.isSeq = change.LSN(l), true
+	case strings.Trim(s, "0123456789") == "":
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return bad("is too large for a _cdc_seq")
+		}
+		p.seq, p.isSeq = change.LSN(n), true
+	case batchForm.MatchString(s):
+		n, err := strconv.ParseInt(batchForm.FindStringSubmatch(s)[1], 10, 64)
+		if err != nil || n == 0 {
+			return bad("names no batch")
+		}
+		p.batch = n
+	case kafkaForm.MatchString(s):
+		m := kafkaForm.FindStringSubmatch(s)
+		part, err1 := strconv.ParseInt(m[2], 10, 32)
+		off, err2 := strconv.ParseInt(m[3], 10, 64)
+		if err1 != nil || err2 != nil {
+			return bad("has a partition or offset out of range")
+		}
+		p.kafka = &kafkaRecord{topic: m[1], partition: int32(part), offset: off}
+	default:
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t, err = time.Parse(time.DateOnly, s)
+		}
+		if err != nil {
+			return bad("is not one lakeflow reads")
+		}
+		p.time = t.UTC()
+	}
+	return p, nil
+}
+
+// resolve turns a parsed position into a bound on the lake, and says
+// when it lies outside the lake's events.
+func (a *AsOf) resolve(ctx context.Context, p position, ls warehouse.LakeState) error {
+	first, last, ok, err := a.LakeEnds(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: the lake holds no events yet", fault.ErrConfig)
+	}
+	a.Last = last
+	switch {
+	case p.isSeq:
+		a.Bound.Seq = p.seq
+	case p.batch > 0:
+		bs, err := a.BatchPositions(ctx, 0, p.batch)
+		if err != nil {
+			return err
+		}
+		if len(bs) == 0 {
+			return fmt.Errorf("%w: no lake file names batch %d (lakeflow asof --list shows the recorded batches)", fault.ErrConfig, p.batch)
+		}
+		a.Bound.Seq = bs[0].Seq
+	case p.kafka != nil:
+		var t *change.Table
+		var topics []string
+		for _, s := range ls.Schemas {
+			topics = append(topics, s.Topic)
+			if s.Topic == p.kafka.topic {
+				t = s.Table
+			}
+		}
+		if t == nil {
+			return fmt.Errorf("%w: topic %s holds no table of the lake (its topics: %s)", fault.ErrConfig, p.kafka.topic, strings.Join(topics, ", "))
+		}
+		seq, after, err := a.KafkaSeq(ctx, t, p.kafka.partition, p.kafka.offset)
+		switch {
+		case errors.Is(err, warehouse.ErrNotInLake):
+			return fmt.Errorf("%w: offset %d of %s partition %d is not in the lake (before its first record there, or a dead letter)",
+				fault.ErrConfig, p.kafka.offset, p.kafka.topic, p.kafka.partition)
+		case err != nil:
+			return err
+		case after:
+			seq = last.Seq
+		}
+		a.Bound.Seq = seq
+	default:
+		a.Bound.Time = p.time
+		if p.time.Before(first.Commit) {
+			return fmt.Errorf("%w: %s is before the lake's first event (committed %s): nothing was captured yet", fault.ErrConfig,
+				p.time.Format(time.RFC3339Nano), first.Commit.Format(time.RFC3339Nano))
+		}
+		a.After = p.time.After(last.Commit)
+		return nil
+	}
+	if a.Bound.Seq < first.Seq {
+		return fmt.Errorf("%w: %s (_cdc_seq %d) is before the lake's first event (%s, committed %s): nothing was captured yet", fault.ErrConfig,
+			a.Bound.Seq, uint64(a.Bound.Seq), first.Seq, first.Commit.Format(time.RFC3339Nano))
+	}
+	a.After = a.Bound.Seq > last.Seq
+	return nil
+}
+
+// quoteIdent quotes a SQL identifier (DuckDB and PostgreSQL alike).
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// AsOfBatches lists the last n positions the pipeline recorded (its
+// consistent batches), newest first, from the lake's files.
+func AsOfBatches(ctx context.Context, cfg *config.Config, n int, log *slog.Logger) ([]warehouse.BatchPosition, error) {
+	if _, err := os.Stat(cfg.Lake.Dir); err != nil {
+		return nil, fmt.Errorf("%w: no lake at %s (lake.dir): run lakeflow run first", fault.ErrConfig, cfg.Lake.Dir)
+	}
+	lk, err := lake.Open(cfg.Lake.Dir)
+	if err != nil {
+		return nil, err
+	}
+	wh, err := warehouse.OpenView(ctx, "", cfg.Warehouse.MemoryLimit, lk, log, warehouse.View{})
+	if err != nil {
+		return nil, err
+	}
+	defer wh.Close()
+	return wh.BatchPositions(ctx, n, 0)
+}

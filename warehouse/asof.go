@@ -1,0 +1,86 @@
+package warehouse
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// The warehouse lakeflow asof builds (OpenView + Replay with a bound)
+// says which position it reflects, and is queried by the command.
+
+// RecordAsOf writes lakeflow.asof: the position the warehouse reflects,
+// as the user gave it and as a bound (a _cdc_seq and its LSN, or a commit
+// time).
+func (w *Warehouse) RecordAsOf(ctx context.Context, given string, b Bound) error {
+	seq, lsn, at := "NULL", "NULL", "NULL"
+	if b.Time.IsZero() {
+		seq, lsn = fmt.Sprint(uint64(b.Seq)), literal(b.Seq.String())
+	} else {
+		at = fmt.Sprintf("make_timestamptz(%d)", b.Time.UnixMicro())
+	}
+	return w.exec(ctx, []string{
+		`CREATE OR REPLACE TABLE lakeflow.asof (position VARCHAR NOT NULL, _cdc_seq UBIGINT, lsn VARCHAR, commit_ts TIMESTAMPTZ,
+			built_at TIMESTAMPTZ NOT NULL)`,
+		fmt.Sprintf("INSERT INTO lakeflow.asof VALUES (%s, %s, %s, %s, now())", literal(given), seq, lsn, at),
+	})
+}
+
+// DropState drops, from a warehouse built as of a position, the
+// operations tables only a pipeline fills (where it stands in Kafka and
+// the source, its batches, lake files and dead letters): what is left is
+// silver, history, gold, the quarantine, the tables' schemas and marts,
+// and lakeflow.asof.
+func (w *Warehouse) DropState(ctx context.Context) error {
+	var stmts []string
+	for _, t := range []string{"offsets", "batches", "source_state", "lake_files", "dlq", "gold_pending"} {
+		stmts = append(stmts, "DROP TABLE IF EXISTS lakeflow."+t)
+	}
+	return w.exec(ctx, stmts)
+}
+
+// Result is a query's result as text: each value as DuckDB casts it to
+// VARCHAR (nil: NULL); or, with JSON, each row as a JSON object.
+type Result struct {
+	Columns []string
+	Rows    [][]*string
+	JSON    []string
+}
+
+// Query runs a read-only query and returns its result as text (or JSON
+// rows), in the query's order.
+func (w *Warehouse) Query(ctx context.Context, q string, asJSON bool) (Result, error) {
+	var res Result
+	q = strings.TrimRight(strings.TrimSpace(q), "; \t\n")
+	if _, err := w.conn.ExecContext(ctx, "SET preserve_insertion_order = true"); err != nil {
+		return res, err
+	}
+	wrapped := fmt.Sprintf("SELECT COLUMNS(*)::VARCHAR FROM (%s\n)", q)
+	if asJSON {
+		wrapped = fmt.Sprintf("SELECT to_json(lakeflow_row)::VARCHAR FROM (%s\n) AS lakeflow_row", q)
+	}
+	rows, err := w.conn.QueryContext(ctx, wrapped)
+	if err != nil {
+		return res, err
+	}
+	defer rows.Close()
+	if res.Columns, err = rows.Columns(); err != nil {
+		return res, err
+	}
+	for rows.Next() {
+		vals := make([]*string, len(res.Columns))
+		ptrs := make([]any, len(vals))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return res, err
+		}
+		if asJSON {
+			res.JSON = append(res.JSON, *vals[0])
+			continue
+		}
+		res.Rows = append(res.Rows, vals)
+	}
+	return res, rows.Err()
+}
