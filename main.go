@@ -31,7 +31,16 @@ const (
 )
 
 func main() {
-	app := &cli.App{
+	app := newApp()
+	err := app.Run(flagsFirst(app, os.Args))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "lakeflow: %s\n", oneLine(err.Error()))
+	}
+	os.Exit(exitCode(err))
+}
+
+func newApp() *cli.App {
+	return &cli.App{
 		Name:           "lakeflow",
 		Usage:          "PostgreSQL WAL → Kafka → Parquet lake + DuckDB warehouse, in one process",
 		Flags:          commonFlags(),
@@ -43,35 +52,30 @@ func main() {
 			os.Exit(exitConfig)
 		},
 	}
-	err := app.Run(flagsFirst(app, os.Args))
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "lakeflow: %s\n", oneLine(err.Error()))
-	}
-	os.Exit(exitCode(err))
 }
 
 // flagsFirst moves the flags of a command given after its arguments
 // (lakeflow asof 0/16B3748 --table orders) before them: urfave/cli stops
 // reading flags at the first argument.
 func flagsFirst(app *cli.App, args []string) []string {
+	takesValue := valued(app.Flags)
 	var cmd *cli.Command
 	at := 0
-	for i, a := range args[1:] {
+	for i := 1; i < len(args) && cmd == nil; i++ {
+		a := args[i]
 		if !strings.HasPrefix(a, "-") {
-			cmd, at = app.Command(a), i+2
-			break
+			if cmd = app.Command(a); cmd == nil {
+				return args
+			}
+			at = i + 1
+		} else if takesValue[strings.TrimLeft(a, "-")] {
+			i++ // the flag's value
 		}
 	}
 	if cmd == nil {
 		return args
 	}
-	takesValue := map[string]bool{}
-	for _, f := range cmd.Flags {
-		_, isBool := f.(*cli.BoolFlag)
-		for _, n := range f.Names() {
-			takesValue[n] = !isBool
-		}
-	}
+	takesValue = valued(cmd.Flags)
 	out := append([]string(nil), args[:at]...)
 	var rest []string
 	for i := at; i < len(args); i++ {
@@ -82,8 +86,7 @@ func flagsFirst(app *cli.App, args []string) []string {
 			i = len(args)
 		case strings.HasPrefix(a, "-") && len(a) > 1:
 			out = append(out, a)
-			name := strings.TrimLeft(a, "-")
-			if takesValue[name] && !strings.Contains(name, "=") && i+1 < len(args) {
+			if takesValue[strings.TrimLeft(a, "-")] && i+1 < len(args) {
 				out = append(out, args[i+1])
 				i++
 			}
@@ -92,6 +95,19 @@ func flagsFirst(app *cli.App, args []string) []string {
 		}
 	}
 	return append(out, rest...)
+}
+
+// valued names the flags that take a value (given as --name value; a
+// flag given as --name=value does not match its name).
+func valued(flags []cli.Flag) map[string]bool {
+	out := map[string]bool{}
+	for _, f := range flags {
+		_, isBool := f.(*cli.BoolFlag)
+		for _, n := range f.Names() {
+			out[n] = !isBool
+		}
+	}
+	return out
 }
 
 // oneLine folds a message (DuckDB's span several lines) onto one line.

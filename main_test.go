@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/warehouse"
 )
 
 func TestExitCodes(t *testing.T) {
@@ -28,5 +31,36 @@ func TestExitCodes(t *testing.T) {
 	}
 	if got := oneLine("Conversion Error: x\n\nLINE 1: SELECT\n   ^"); got != "Conversion Error: x LINE 1: SELECT ^" {
 		t.Errorf("oneLine: %q", got)
+	}
+}
+
+func TestPrintResult(t *testing.T) {
+	s := func(v string) *string { return &v }
+	r := warehouse.Result{Columns: []string{"id", "note"}, Rows: [][]*string{{s("1"), nil}, {s("22"), s("a|b, \"c\"")}},
+		JSON: []string{`{"id":1,"note":null}`}}
+	for format, want := range map[string]string{
+		"text":     "id   note\n---  --------\n1    NULL\n22   a|b, \"c\"\n(2 rows)\n",
+		"csv":      "id,note\n1,\n22,\"a|b, \"\"c\"\"\"\n",
+		"markdown": "| id  | note      |\n| --- | --------- |\n| 1   | NULL      |\n| 22  | a\\|b, \"c\" |\n",
+		"json":     `{"id":1,"note":null}` + "\n",
+	} {
+		var b strings.Builder
+		if err := printResult(&b, r, format); err != nil {
+			t.Fatal(err)
+		}
+		if b.String() != want {
+			t.Errorf("%s:\n%s\nwant:\n%s", format, b.String(), want)
+		}
+	}
+	if err := checkFormat("yaml"); err == nil || !errors.Is(err, fault.ErrConfig) {
+		t.Errorf("--format yaml: %v", err)
+	}
+}
+
+func TestFlagsAfterTheArgument(t *testing.T) {
+	got := flagsFirst(newApp(), []string{"lakeflow", "--config", "x.toml", "asof", "0/16B3748", "--table", "orders", "--list", "--limit=3"})
+	want := []string{"lakeflow", "--config", "x.toml", "asof", "--table", "orders", "--list", "--limit=3", "0/16B3748"}
+	if !slices.Equal(got, want) {
+		t.Errorf("flagsFirst: %q, want %q", got, want)
 	}
 }

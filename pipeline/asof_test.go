@@ -280,3 +280,27 @@ func TestAsOfBesideARunningPipeline(t *testing.T) {
 		t.Fatalf("asof answered %d times while the pipeline ran, want 5", built)
 	}
 }
+
+func TestParsePosition(t *testing.T) {
+	for in, want := range map[string]position{
+		"0/1A2B3C4":                  {seq: 0x1A2B3C4, isSeq: true},
+		"16/0":                       {seq: 0x16_0000_0000, isSeq: true},
+		"27439044":                   {seq: 27439044, isSeq: true},
+		"batch:42":                   {batch: 42},
+		"lakeflow.public.orders:3:7": {kafka: &kafkaRecord{topic: "lakeflow.public.orders", partition: 3, offset: 7}},
+		"2024-07-01T09:00:00+02:00":  {time: time.Date(2024, 7, 1, 7, 0, 0, 0, time.UTC)},
+		"2024-07-01T09:00:00.5Z":     {time: time.Date(2024, 7, 1, 9, 0, 0, 5e8, time.UTC)},
+		"2024-07-01":                 {time: time.Date(2024, 7, 1, 0, 0, 0, 0, time.UTC)},
+	} {
+		got, err := parsePosition(in)
+		if err != nil || got.seq != want.seq || got.isSeq != want.isSeq || got.batch != want.batch || !got.time.Equal(want.time) ||
+			(got.kafka == nil) != (want.kafka == nil) || (got.kafka != nil && *got.kafka != *want.kafka) {
+			t.Errorf("parsePosition(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "batch:0", "0/1G", "99999999999999999999999", "orders:x:1", "2024-02-30", "tomorrow"} {
+		if _, err := parsePosition(in); err == nil || !errors.Is(err, fault.ErrConfig) || !strings.Contains(err.Error(), "a recorded batch (batch:42") {
+			t.Errorf("parsePosition(%q): %v, want an error listing the accepted forms", in, err)
+		}
+	}
+}

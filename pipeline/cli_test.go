@@ -88,6 +88,23 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Time travel from the lake: the recorded positions, one by name, and
+	// flags after the position.
+	out, err = exec.Command(bin, "--config", file, "asof", "--list", "--format", "csv").CombinedOutput()
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if err != nil || len(lines) < 2 || lines[0] != "position,lsn,_cdc_seq,commit_ts" || !strings.HasPrefix(lines[1], "batch:") {
+		t.Fatalf("lakeflow asof --list: %v\n%s", err, out)
+	}
+	name, _, _ := strings.Cut(lines[1], ",")
+	out, err = exec.Command(bin, "--config", file, "asof", name, "--table", "orders", "--format", "json", "--limit", "2").Output()
+	if err != nil || strings.Count(string(out), "\n") != 2 || !strings.HasPrefix(string(out), `{"id":`) {
+		t.Fatalf("lakeflow asof %s --table orders --format json --limit 2: %v\n%s", name, err, out)
+	}
+	cmd = exec.Command(bin, "--config", file, "asof", "last tuesday", "--table", "orders")
+	out, err = cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != 2 || strings.Count(string(out), "\n") != 1 || !strings.Contains(string(out), "an LSN (0/1A2B3C4)") {
+		t.Fatalf("lakeflow asof with a malformed position: exit %d, %v\n%s", cmd.ProcessState.ExitCode(), err, out)
+	}
 	// The user's next step on their own database: contracts from the source.
 	out, err = exec.Command(bin, "--config", file, "contracts", "init").CombinedOutput()
 	if err != nil || strings.Count(string(out), "wrote ") != 5 {

@@ -83,7 +83,7 @@ func (w *Warehouse) ReadLakeState(ctx context.Context) (LakeState, error) {
 	for _, file := range newest {
 		m := meta[file]
 		if m[metaSchema] == "" {
-			return st, fmt.Errorf("lake file %s says nothing of its table (written before lakeflow kept a schema in each file): rebuild needs the old warehouse", file)
+			return st, fmt.Errorf("lake file %s carries no table schema (a lakeflow older than the schema in each file wrote it): only the warehouse that lists it can read it", file)
 		}
 		var t change.Table
 		if err := json.Unmarshal([]byte(m[metaSchema]), &t); err != nil {

@@ -46,7 +46,11 @@ type Result struct {
 	// Rates are every run's events per second, per variant.
 	Rates [3][]float64 `json:"rates_plain_rules_gold"`
 	// Backfill is lakeflow backfill --all of the Gold variant's lake.
-	Backfill        BackfillResult `json:"backfill_all"`
+	Backfill BackfillResult `json:"backfill_all"`
+	// AsOf is lakeflow asof over the same lake: one table as of the end
+	// and as of an early position (a tenth into the load's WAL), and the
+	// whole warehouse as of the end (--out).
+	AsOf            map[string]AsOfResult `json:"asof"`
 	CPUs            int            `json:"cpus"`
 	GoVersion       string         `json:"go_version"`
 	PostgresVersion string         `json:"postgres_version"`
@@ -58,6 +62,16 @@ type BackfillResult struct {
 	Events  int64   `json:"events"`
 	Seconds float64 `json:"seconds"`
 	Rate    float64 `json:"events_per_second"`
+}
+
+// AsOfResult measures one lakeflow asof (the faster of two): wall time
+// of the command, and the lake it read.
+type AsOfResult struct {
+	Position string  `json:"position"`
+	Seconds  float64 `json:"seconds"`
+	Files    int64   `json:"files"`
+	Bytes    int64   `json:"bytes"`
+	Events   int64   `json:"events"`
 }
 
 // RunResult measures one `lakeflow run`.
@@ -222,6 +236,27 @@ func run(events int, out string, keep bool) error {
 			res.Backfill = b
 		}
 	}
+	var early string
+	if err := conn.QueryRow(ctx, "SELECT ($1::pg_lsn + $2::numeric / 10)::text", startLSN, res.WALBytes).Scan(&early); err != nil {
+		return err
+	}
+	res.AsOf = map[string]AsOfResult{}
+	for _, q := range []struct{ name, pos, what string }{
+		{"table_end", endLSN, "--table orders"},
+		{"table_early", early, "--table orders"},
+		{"out_end", endLSN, "--out"},
+	} {
+		for i := range 2 {
+			step("lakeflow asof %s %s (%d of 2)", q.pos, q.what, i+1)
+			a, err := asof(bin, cfgFiles[len(cfgFiles)-1], q.pos, q.what, filepath.Join(work, fmt.Sprintf("asof-%d.duckdb", i)))
+			if err != nil {
+				return err
+			}
+			if b, ok := res.AsOf[q.name]; !ok || a.Seconds < b.Seconds {
+				res.AsOf[q.name] = a
+			}
+		}
+	}
 	line := func(name string, r RunResult) {
 		fmt.Printf("  %-22s %.2f s  = %.0f events/s  (%.0f%% of pg_recvlogical; %d lake files, %d quarantined)\n"+
 			"  %-22s peak RSS %.0f MiB, CPU %.1f s (%.1f µs per event); stage %.2f s, decode %.2f s, lake %.2f s, rules %.2f s, history %.2f s, merge %.2f s, gold %.2f s, commit %.2f s\n",
@@ -238,6 +273,11 @@ func run(events int, out string, keep bool) error {
 	fmt.Printf("  rules on / off:        %.0f%%\n  history and gold on / off: %.0f%% (with rules both; fastest of each; every run, events/s: plain %v, rules %v, gold %v)\n",
 		100*res.RulesRatio, 100*res.GoldRatio, res.Rates[0], res.Rates[1], res.Rates[2])
 	fmt.Printf("  backfill --all:        %.2f s  = %.0f events/s  (lake → silver + history + quarantine + gold)\n", res.Backfill.Seconds, res.Backfill.Rate)
+	for _, q := range []struct{ name, what string }{
+		{"table_end", "--table orders, end"}, {"table_early", "--table orders, early"}, {"out_end", "--out, end"}} {
+		a := res.AsOf[q.name]
+		fmt.Printf("  asof %-22s %.2f s  (%d events from %d lake files, %.1f MB read)\n", q.what+":", a.Seconds, a.Events, a.Files, float64(a.Bytes)/1e6)
+	}
 	data, _ := json.MarshalIndent(res, "", "  ")
 	if keep {
 		fmt.Fprintln(os.Stderr, "working directory kept:", work)
@@ -284,6 +324,35 @@ func backfill(bin, cfgFile, out string) (BackfillResult, error) {
 	r.Events, _ = strconv.ParseInt(string(m[1]), 10, 64)
 	r.Seconds, _ = strconv.ParseFloat(string(m[2]), 64)
 	r.Rate = float64(r.Events) / r.Seconds
+	return r, nil
+}
+
+// asof runs lakeflow asof on a config (what: --table T, or --out, to
+// out) and reads what it read from its log.
+func asof(bin, cfgFile, pos, what, out string) (AsOfResult, error) {
+	r := AsOfResult{Position: pos}
+	os.Remove(out)
+	args := []string{"--config", cfgFile, "--log-level", "info", "asof", pos}
+	if what == "--out" {
+		args = append(args, "--out", out)
+	} else {
+		args = append(args, append(strings.Fields(what), "--format", "csv")...)
+	}
+	cmd := exec.Command(bin, args...)
+	var stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	t0 := time.Now()
+	if err := cmd.Run(); err != nil {
+		return r, fmt.Errorf("lakeflow asof: %v\n%s", err, stderr.String())
+	}
+	r.Seconds = time.Since(t0).Seconds()
+	m := regexp.MustCompile(`as-of warehouse built files=(\d+) bytes=(\d+) events=(\d+)`).FindStringSubmatch(stderr.String())
+	if m == nil {
+		return r, fmt.Errorf("lakeflow asof said %q", stderr.String())
+	}
+	r.Files, _ = strconv.ParseInt(m[1], 10, 64)
+	r.Bytes, _ = strconv.ParseInt(m[2], 10, 64)
+	r.Events, _ = strconv.ParseInt(m[3], 10, 64)
 	return r, nil
 }
 
