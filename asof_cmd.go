@@ -41,8 +41,8 @@ func asofCommand() *cli.Command {
 				return fmt.Errorf("%w: --limit must be 0 (all) or more", fault.ErrConfig)
 			}
 			if c.Bool("list") {
-				if c.NArg() > 0 || c.IsSet("table") || c.IsSet("query") || c.IsSet("out") {
-					return fmt.Errorf("%w: --list takes no position, --table, --query or --out", fault.ErrConfig)
+				if c.NArg() > 0 || c.IsSet("table") || c.IsSet("query") || c.IsSet("out") || c.IsSet("where") {
+					return fmt.Errorf("%w: --list takes no position, --table, --where, --query or --out", fault.ErrConfig)
 				}
 				return listPositions(c)
 			}
@@ -59,6 +59,8 @@ func asofCommand() *cli.Command {
 				return fmt.Errorf("%w: give one of --table, --query or --out", fault.ErrConfig)
 			case c.IsSet("where") && !c.IsSet("table"):
 				return fmt.Errorf("%w: --where goes with --table", fault.ErrConfig)
+			case c.IsSet("out") && (c.IsSet("limit") || c.IsSet("format")):
+				return fmt.Errorf("%w: --out writes a file: it takes no --limit or --format", fault.ErrConfig)
 			}
 			cfg, log, err := setupQuiet(c)
 			if err != nil {
@@ -72,6 +74,10 @@ func asofCommand() *cli.Command {
 			if a.After {
 				fmt.Fprintf(os.Stderr, "lakeflow: %s is after the lake's last event (%s, committed %s): this is the latest state\n",
 					c.Args().First(), a.Last.Seq, a.Last.Commit.Format(time.RFC3339Nano))
+			}
+			if a.Held {
+				fmt.Fprintf(os.Stderr, "lakeflow: a batch is being published to the lake (or a crash left one half published): this is the state as of %s, the last position the lake holds whole\n",
+					a.Bound.Seq)
 			}
 			log.Info("as-of warehouse built", "files", a.Stats.Files, "bytes", a.Stats.Bytes, "events", a.Stats.Events, "seconds", a.Seconds)
 			if c.IsSet("out") {
@@ -126,6 +132,9 @@ func listPositions(c *cli.Context) error {
 	bs, err := pipeline.AsOfBatches(c.Context, cfg, n, log)
 	if err != nil {
 		return err
+	}
+	if len(bs) == 0 {
+		fmt.Fprintln(os.Stderr, "lakeflow: no lake file names a consistent batch yet (older lake files name none): give an LSN or a time")
 	}
 	res := warehouse.Result{Columns: []string{"position", "lsn", "_cdc_seq", "commit_ts"}}
 	for _, b := range bs {

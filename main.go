@@ -58,24 +58,34 @@ func newApp() *cli.App {
 // (lakeflow asof 0/16B3748 --table orders) before them: urfave/cli stops
 // reading flags at the first argument.
 func flagsFirst(app *cli.App, args []string) []string {
-	takesValue := valued(app.Flags)
+	// The command (down to its subcommand) the arguments name: flags and
+	// their values before it are skipped.
 	var cmd *cli.Command
-	at := 0
-	for i := 1; i < len(args) && cmd == nil; i++ {
-		a := args[i]
-		if !strings.HasPrefix(a, "-") {
-			if cmd = app.Command(a); cmd == nil {
-				return args
+	flags := app.Flags
+	at := 1
+	for at < len(args) {
+		a := args[at]
+		if strings.HasPrefix(a, "-") {
+			if valued(flags)[strings.TrimLeft(a, "-")] {
+				at++
 			}
-			at = i + 1
-		} else if takesValue[strings.TrimLeft(a, "-")] {
-			i++ // the flag's value
+			at++
+			continue
 		}
+		next := app.Command(a)
+		if cmd != nil {
+			next = cmd.Command(a)
+		}
+		if next == nil {
+			break
+		}
+		cmd, flags = next, next.Flags
+		at++
 	}
 	if cmd == nil {
 		return args
 	}
-	takesValue = valued(cmd.Flags)
+	takesValue := valued(cmd.Flags)
 	out := append([]string(nil), args[:at]...)
 	var rest []string
 	for i := at; i < len(args); i++ {

@@ -58,9 +58,16 @@ func TestPrintResult(t *testing.T) {
 }
 
 func TestFlagsAfterTheArgument(t *testing.T) {
-	got := flagsFirst(newApp(), []string{"lakeflow", "--config", "x.toml", "asof", "0/16B3748", "--table", "orders", "--list", "--limit=3"})
-	want := []string{"lakeflow", "--config", "x.toml", "asof", "--table", "orders", "--list", "--limit=3", "0/16B3748"}
-	if !slices.Equal(got, want) {
-		t.Errorf("flagsFirst: %q, want %q", got, want)
+	for _, tc := range [][2][]string{
+		{{"lakeflow", "--config", "x.toml", "asof", "0/16B3748", "--table", "orders", "--list", "--limit=3"},
+			{"lakeflow", "--config", "x.toml", "asof", "--table", "orders", "--list", "--limit=3", "0/16B3748"}},
+		{{"lakeflow", "asof", "--format", "csv", "batch:3", "--where", "id > 3"},
+			{"lakeflow", "asof", "--format", "csv", "--where", "id > 3", "batch:3"}},
+		{{"lakeflow", "contracts", "init", "--table", "public.orders"}, {"lakeflow", "contracts", "init", "--table", "public.orders"}},
+		{{"lakeflow", "--log-level", "debug", "run", "--follow"}, {"lakeflow", "--log-level", "debug", "run", "--follow"}},
+	} {
+		if got := flagsFirst(newApp(), tc[0]); !slices.Equal(got, tc[1]) {
+			t.Errorf("flagsFirst(%q) = %q, want %q", tc[0], got, tc[1])
+		}
 	}
 }

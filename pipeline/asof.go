@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -51,6 +52,10 @@ type AsOf struct {
 	// latest state, Last.
 	After bool
 	Last  warehouse.LakeEvent
+	// Held says a batch was being published (or a crash left one half
+	// published): the state is as of Bound, the last position whose
+	// batches the lake holds whole.
+	Held bool
 	// Relation is the table asked for, as SQL; Silver says it is a silver
 	// table (Key lists its key columns).
 	Relation string
@@ -115,7 +120,7 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 	silverOnly := false
 	if opts.Table != "" {
 		name := strings.TrimPrefix(opts.Table, "silver.")
-		for _, s := range ls.Schemas {
+		for _, s := range ls.Newest() {
 			if s.Table.Name == name {
 				silverOnly, a.Relation, a.Silver = true, "silver."+quoteIdent(name), true
 				for _, i := range s.Table.KeyColumns() {
@@ -133,6 +138,13 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 	if err := a.resolve(ctx, pos, ls); err != nil {
 		return fail(err)
 	}
+	complete, err := wh.Complete()
+	if err != nil {
+		return fail(err)
+	}
+	if a.Bound.Seq > complete {
+		a.Bound.Seq, a.Held = complete, true
+	}
 	schemas := ls.Schemas
 	var tables map[string]bool
 	if silverOnly {
@@ -144,7 +156,7 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 			}
 		}
 	}
-	if err := wh.ApplySchemas(ctx, schemas, kafka.SchemaTopic(cfg.Kafka.TopicPrefix), warehouse.TopicPosition{Next: map[int32]int64{}}, nil); err != nil {
+	if err := wh.ApplyVersions(ctx, schemas, kafka.SchemaTopic(cfg.Kafka.TopicPrefix)); err != nil {
 		return fail(err)
 	}
 	if err := wh.SetContracts(ctx, set); err != nil {
@@ -158,10 +170,15 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 			return fail(err)
 		}
 	}
-	if err := wh.RecordAsOf(ctx, opts.Position, a.Bound); err != nil {
+	if err := wh.RecordAsOf(ctx, opts.Position, a.Bound, pos.time); err != nil {
 		return fail(err)
 	}
-	if opts.Out != "" {
+	if opts.Out == "" {
+		// Tables by their names alone, as in the warehouse's own schemas.
+		if err := wh.SearchPath(ctx, "silver", "gold", "lakeflow"); err != nil {
+			return fail(err)
+		}
+	} else {
 		if err := wh.DropState(ctx); err != nil {
 			return fail(err)
 		}
@@ -231,6 +248,7 @@ var (
 	lsnForm   = regexp.MustCompile(`^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$`)
 	kafkaForm = regexp.MustCompile(`^([A-Za-z0-9._-]+):(\d+):(\d+)$`)
 	batchForm = regexp.MustCompile(`^batch:(\d+)$`)
+	localTime = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?$`)
 )
 
 // parsePosition parses a position in any of PositionForms.
@@ -261,6 +279,8 @@ func parsePosition(s string) (position, error) {
 			return bad("names no batch")
 		}
 		p.batch = n
+	case localTime.MatchString(s):
+		return bad("has no zone: add one (Z for UTC, or an offset like +02:00)")
 	case kafkaForm.MatchString(s):
 		m := kafkaForm.FindStringSubmatch(s)
 		part, err1 := strconv.ParseInt(m[2], 10, 32)
@@ -309,7 +329,9 @@ func (a *AsOf) resolve(ctx context.Context, p position, ls warehouse.LakeState) 
 		var t *change.Table
 		var topics []string
 		for _, s := range ls.Schemas {
-			topics = append(topics, s.Topic)
+			if !slices.Contains(topics, s.Topic) {
+				topics = append(topics, s.Topic)
+			}
 			if s.Topic == p.kafka.topic {
 				t = s.Table
 			}
@@ -317,7 +339,7 @@ func (a *AsOf) resolve(ctx context.Context, p position, ls warehouse.LakeState) 
 		if t == nil {
 			return fmt.Errorf("%w: topic %s holds no table of the lake (its topics: %s)", fault.ErrConfig, p.kafka.topic, strings.Join(topics, ", "))
 		}
-		seq, after, err := a.KafkaSeq(ctx, t, p.kafka.partition, p.kafka.offset)
+		seq, after, err := a.KafkaSeq(ctx, t, p.kafka.topic, p.kafka.partition, p.kafka.offset)
 		switch {
 		case errors.Is(err, warehouse.ErrNotInLake):
 			return fmt.Errorf("%w: offset %d of %s partition %d is not in the lake (before its first record there, or a dead letter)",
@@ -325,17 +347,23 @@ func (a *AsOf) resolve(ctx context.Context, p position, ls warehouse.LakeState) 
 		case err != nil:
 			return err
 		case after:
-			seq = last.Seq
+			a.Bound.Seq, a.After = last.Seq, true
+			return nil
 		}
 		a.Bound.Seq = seq
 	default:
-		a.Bound.Time = p.time
-		if p.time.Before(first.Commit) {
+		seq, after, err := a.PrefixAt(ctx, p.time)
+		switch {
+		case err != nil:
+			return err
+		case after:
+			a.Bound.Seq, a.After = last.Seq, true
+			return nil
+		case seq < first.Seq:
 			return fmt.Errorf("%w: %s is before the lake's first event (committed %s): nothing was captured yet", fault.ErrConfig,
 				p.time.Format(time.RFC3339Nano), first.Commit.Format(time.RFC3339Nano))
 		}
-		a.After = p.time.After(last.Commit)
-		return nil
+		a.Bound.Seq = seq
 	}
 	if a.Bound.Seq < first.Seq {
 		return fmt.Errorf("%w: %s (_cdc_seq %d) is before the lake's first event (%s, committed %s): nothing was captured yet", fault.ErrConfig,

@@ -129,7 +129,7 @@ func rebuild(ctx context.Context, cfg *config.Config, path string, st *BackfillS
 		return err
 	}
 	schemaTopic := kafka.SchemaTopic(cfg.Kafka.TopicPrefix)
-	if err := nw.ApplySchemas(ctx, ls.Schemas, schemaTopic, warehouse.TopicPosition{Next: map[int32]int64{}}, nil); err != nil {
+	if err := nw.ApplyVersions(ctx, ls.Schemas, schemaTopic); err != nil {
 		nw.Close()
 		return err
 	}

@@ -4,25 +4,24 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // The warehouse lakeflow asof builds (OpenView + Replay with a bound)
 // says which position it reflects, and is queried by the command.
 
 // RecordAsOf writes lakeflow.asof: the position the warehouse reflects,
-// as the user gave it and as a bound (a _cdc_seq and its LSN, or a commit
-// time).
-func (w *Warehouse) RecordAsOf(ctx context.Context, given string, b Bound) error {
-	seq, lsn, at := "NULL", "NULL", "NULL"
-	if b.Time.IsZero() {
-		seq, lsn = fmt.Sprint(uint64(b.Seq)), literal(b.Seq.String())
-	} else {
-		at = fmt.Sprintf("make_timestamptz(%d)", b.Time.UnixMicro())
+// as the user gave it, as the bound it resolved to (a _cdc_seq and its
+// LSN), and the commit time asked for, if one was.
+func (w *Warehouse) RecordAsOf(ctx context.Context, given string, b Bound, at time.Time) error {
+	commit := "NULL"
+	if !at.IsZero() {
+		commit = fmt.Sprintf("make_timestamptz(%d)", at.UnixMicro())
 	}
 	return w.exec(ctx, []string{
-		`CREATE OR REPLACE TABLE lakeflow.asof (position VARCHAR NOT NULL, _cdc_seq UBIGINT, lsn VARCHAR, commit_ts TIMESTAMPTZ,
+		`CREATE OR REPLACE TABLE lakeflow.asof (position VARCHAR NOT NULL, _cdc_seq UBIGINT NOT NULL, lsn VARCHAR NOT NULL, commit_ts TIMESTAMPTZ,
 			built_at TIMESTAMPTZ NOT NULL)`,
-		fmt.Sprintf("INSERT INTO lakeflow.asof VALUES (%s, %s, %s, %s, now())", literal(given), seq, lsn, at),
+		fmt.Sprintf("INSERT INTO lakeflow.asof VALUES (%s, %d, %s, %s, now())", literal(given), uint64(b.Seq), literal(b.Seq.String()), commit),
 	})
 }
 
@@ -83,4 +82,10 @@ func (w *Warehouse) Query(ctx context.Context, q string, asJSON bool) (Result, e
 		res.Rows = append(res.Rows, vals)
 	}
 	return res, rows.Err()
+}
+
+// SearchPath makes queries find tables of these schemas by name alone.
+func (w *Warehouse) SearchPath(ctx context.Context, schemas ...string) error {
+	_, err := w.conn.ExecContext(ctx, "SET search_path = "+literal(strings.Join(schemas, ",")))
+	return err
 }

@@ -16,10 +16,10 @@ import (
 // file per commit day and Kafka partition, under staging names, and
 // records them in lakeflow.lake_files. Each file carries, as Parquet
 // key-value metadata, what a warehouse rebuilt from the lake alone needs:
-// the table's schema and topic, and the source position up to which the
-// lake holds every event once the batch commits (floor); and, for a batch
-// that ends at a watermark, the batch and the source position it leaves
-// silver at, so lakeflow asof can name it without the warehouse.
+// the table's schema and topic, the source position up to which the lake
+// holds every event once the batch commits (floor), and the batch, with,
+// if it ends at a watermark, the source position it leaves silver at, so
+// lakeflow asof can name it without the warehouse.
 func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string, floor change.LSN, wm *change.Watermark) ([]lake.File, error) {
 	src := rowsTable(t.id)
 	newer := "kafka_offset > " + w.lakeHighExpr(t.topic)
@@ -53,13 +53,15 @@ func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string, flo
 	}
 	meta := fmt.Sprintf("%s: %s, %s: %s, %s: '%d'", literal(metaSchema), literal(string(schema)), literal(metaTopic), literal(t.topic),
 		literal(metaFloor), uint64(floor))
+	bp := BatchPosition{Batch: w.batch + 1}
 	if wm != nil {
-		b, err := json.Marshal(BatchPosition{Batch: w.batch + 1, Seq: wm.Seq, Commit: commitTime(wm.Commit)})
-		if err != nil {
-			return nil, err
-		}
-		meta += ", " + literal(metaBatch) + ": " + literal(string(b))
+		bp.Seq, bp.Commit = wm.Seq, commitTime(wm.Commit)
 	}
+	b, err := json.Marshal(bp)
+	if err != nil {
+		return nil, err
+	}
+	meta += ", " + literal(metaBatch) + ": " + literal(string(b))
 	meta = "{" + meta + "}"
 	var files []lake.File
 	for _, g := range groups {
@@ -96,13 +98,13 @@ const (
 	metaBatch  = "lakeflow.batch"
 )
 
-// BatchPosition is a position the pipeline recorded: the source position
-// (a consistent LSN) silver was at once batch Batch committed, and the
-// commit time of the source transaction there.
+// BatchPosition is a batch the pipeline committed and, if it ended at a
+// watermark, the source position (a consistent LSN) silver was at then
+// and the commit time of the source transaction there (zero: unknown).
 type BatchPosition struct {
 	Batch  int64      `json:"batch"`
-	Seq    change.LSN `json:"seq"`
-	Commit time.Time  `json:"commit"`
+	Seq    change.LSN `json:"seq,omitempty"`
+	Commit time.Time  `json:"commit,omitzero"`
 }
 
 // commitTime is a commit time in µs since the epoch as a time (zero if 0:

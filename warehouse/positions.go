@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -55,7 +56,7 @@ func (w *Warehouse) allParts() ([]lake.Part, error) {
 	}
 	var out []lake.Part
 	for _, d := range dirs {
-		parts, err := w.lake.Parts(d)
+		parts, err := w.parts(d)
 		if err != nil {
 			return nil, err
 		}
@@ -64,46 +65,158 @@ func (w *Warehouse) allParts() ([]lake.Part, error) {
 	return out, nil
 }
 
+// parts lists a table's lake files. A view lists the lake once, so
+// every question it answers is about the same files; a pipeline's
+// warehouse (which alone writes the lake) asks the directory.
+func (w *Warehouse) parts(dir string) ([]lake.Part, error) {
+	if w.view == nil {
+		return w.lake.Parts(dir)
+	}
+	if w.listing == nil {
+		if err := w.listLake(); err != nil {
+			return nil, err
+		}
+	}
+	return w.listing[dir], nil
+}
+
+// listLake takes the view's listing of the lake, and the position up to
+// which it holds whole batches: a batch being published (a running
+// pipeline renames its files one by one) or half published (a crash)
+// has files staged, or published between two listings; the view stops
+// below the smallest position they hold.
+func (w *Warehouse) listLake() error {
+	list := func() (map[string][]lake.Part, error) {
+		dirs, err := w.lake.Tables()
+		if err != nil {
+			return nil, err
+		}
+		out := map[string][]lake.Part{}
+		for _, d := range dirs {
+			if out[d], err = w.lake.Parts(d); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	first, err := list()
+	if err != nil {
+		return err
+	}
+	staged, err := w.lake.Staged()
+	if err != nil {
+		return err
+	}
+	again, err := list()
+	if err != nil {
+		return err
+	}
+	w.complete = change.LSN(math.MaxUint64)
+	for _, s := range staged {
+		w.complete = min(w.complete, s-1)
+	}
+	for d, parts := range again {
+		for _, p := range parts {
+			if !slices.ContainsFunc(first[d], func(q lake.Part) bool { return q.Path == p.Path }) {
+				w.complete = min(w.complete, p.Span.MinSeq-1)
+			}
+		}
+	}
+	w.listing = first
+	return nil
+}
+
+// Complete is the position up to which a view's listing of the lake
+// holds whole batches (math.MaxUint64: all of it).
+func (w *Warehouse) Complete() (change.LSN, error) {
+	if w.listing == nil {
+		if err := w.listLake(); err != nil {
+			return 0, err
+		}
+	}
+	return w.complete, nil
+}
+
+// PrefixAt returns the end of the longest stretch of the log whose
+// transactions all committed at or before t: the position just before
+// the first transaction (by position) that committed after it. Commit
+// times can run a little out of position order; a prefix is a state
+// silver had. after says no transaction committed after t.
+func (w *Warehouse) PrefixAt(ctx context.Context, t time.Time) (seq change.LSN, after bool, err error) {
+	parts, err := w.allParts()
+	if err != nil {
+		return 0, false, err
+	}
+	var files []string
+	day := t.UTC().Format(time.DateOnly)
+	for _, p := range parts {
+		if p.Day >= day { // a commit after t is on its day or later
+			files = append(files, w.lake.Abs(p.Path))
+		}
+	}
+	if len(files) == 0 {
+		return 0, true, nil
+	}
+	var first *uint64
+	err = w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT min(_cdc_seq) FROM read_parquet(%s) WHERE _commit_ts > make_timestamptz(%d)",
+		sqlList(files), t.UnixMicro())).Scan(&first)
+	if err != nil || first == nil {
+		return 0, err == nil, err
+	}
+	return change.LSN(*first - 1), false, nil
+}
+
 // ErrNotInLake is the error of a Kafka record the lake does not hold.
 var ErrNotInLake = errors.New("not in the lake")
 
 // KafkaSeq returns the position of the record at offset off of partition
-// part of table t's topic, from the lake file that holds it (the newest, if
-// the topic was reset and two hold that offset). A record past the
-// lake's last of that partition gives after = true.
-func (w *Warehouse) KafkaSeq(ctx context.Context, t *change.Table, part int32, off int64) (seq change.LSN, after bool, err error) {
-	parts, err := w.lake.Parts(lakeDir(t))
+// part of topic, a topic of table t, from the lake: the newest file of
+// that topic that holds it (a reset topic starts its offsets again). A
+// record past the lake's last of that partition gives after = true.
+func (w *Warehouse) KafkaSeq(ctx context.Context, t *change.Table, topic string, part int32, off int64) (seq change.LSN, after bool, err error) {
+	parts, err := w.parts(lakeDir(t))
 	if err != nil {
 		return 0, false, err
 	}
-	var hold *lake.Part
+	var files []string
+	for _, p := range parts {
+		if p.Span.Partition == part {
+			files = append(files, w.lake.Abs(p.Path))
+		}
+	}
+	meta, err := w.lakeMetadata(ctx, files)
+	if err != nil {
+		return 0, false, err
+	}
 	high := int64(-1)
-	for i, p := range parts {
-		if p.Span.Partition != part {
+	var hold []lake.Part
+	for _, p := range parts {
+		if p.Span.Partition != part || meta[w.lake.Abs(p.Path)][metaTopic] != topic {
 			continue
 		}
 		high = max(high, p.Span.Last)
-		if p.Span.First <= off && off <= p.Span.Last && (hold == nil || p.Span.MinSeq > hold.Span.MinSeq) {
-			hold = &parts[i]
+		if p.Span.First <= off && off <= p.Span.Last {
+			hold = append(hold, p)
 		}
 	}
-	if hold == nil {
-		if high >= 0 && off > high {
-			return 0, true, nil
+	// Newest first: the log as it is now, where offsets are what a user
+	// reads in Kafka today.
+	slices.SortFunc(hold, func(a, b lake.Part) int { return cmp.Compare(b.Span.MinSeq, a.Span.MinSeq) })
+	for _, p := range hold {
+		var s *uint64
+		err = w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT max(_cdc_seq) FROM read_parquet(%s) WHERE kafka_offset = %d",
+			literal(w.lake.Abs(p.Path)), off)).Scan(&s)
+		if err != nil {
+			return 0, false, err
 		}
-		return 0, false, ErrNotInLake
+		if s != nil {
+			return change.LSN(*s), false, nil
+		}
 	}
-	var s *uint64
-	err = w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT max(_cdc_seq) FROM read_parquet(%s) WHERE kafka_offset = %d",
-		literal(w.lake.Abs(hold.Path)), off)).Scan(&s)
-	if err != nil {
-		return 0, false, err
+	if len(hold) == 0 && high >= 0 && off > high {
+		return 0, true, nil
 	}
-	if s == nil {
-		// Within the file's span but not in it: a dead letter.
-		return 0, false, ErrNotInLake
-	}
-	return change.LSN(*s), false, nil
+	return 0, false, ErrNotInLake // before the first, or a dead letter
 }
 
 // BatchPositions returns the positions of consistent batches that the
@@ -129,8 +242,11 @@ func (w *Warehouse) BatchPositions(ctx context.Context, n int, batch int64) ([]B
 		oldest := int64(-1)
 		for _, f := range files {
 			b, ok := batchPosition(meta[f])
-			if !ok {
-				continue
+			if !ok || b.Seq == 0 {
+				continue // not a consistent batch, or written before lakeflow named them
+			}
+			if prev, dup := seen[b.Batch]; dup && prev.Seq > b.Seq {
+				continue // a lake rebuilt by an older lakeflow numbered batches again: the newer stands
 			}
 			seen[b.Batch] = b
 			if oldest < 0 || b.Batch < oldest {

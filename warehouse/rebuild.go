@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/lake"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
 )
 
 // The pieces of a warehouse rebuilt from the lake (lakeflow backfill):
@@ -47,54 +47,89 @@ func (w *Warehouse) CopyStateTo(ctx context.Context, path string) error {
 	})
 }
 
-// LakeState is what the lake's files say of themselves: each table's
-// newest schema and topic, the position up to which the lake holds every
-// event (its floor), and the last batch a file names.
+// LakeState is what the lake's files say of themselves: every version of
+// each table's schema with its topic, in the order they took effect; the
+// position up to which the lake holds every event (its floor); and the
+// last batch a file names.
 type LakeState struct {
 	Schemas []Schema
 	Floor   change.LSN
 	Batch   int64
 }
 
-// ReadLakeState reads the lake's state from the metadata of each table's
-// newest file.
-func (w *Warehouse) ReadLakeState(ctx context.Context) (LakeState, error) {
-	var st LakeState
-	dirs, err := w.lake.Tables()
-	if err != nil {
-		return st, err
-	}
-	var newest []string
-	for _, d := range dirs {
-		parts, err := w.lake.Parts(d)
-		if err != nil {
-			return st, err
-		}
-		if len(parts) == 0 {
+// Newest is each table's newest schema, in the order tables first appear.
+func (ls LakeState) Newest() []Schema {
+	var out []Schema
+	at := map[string]int{}
+	for _, s := range ls.Schemas {
+		if i, ok := at[s.Table.ID()]; ok {
+			out[i] = s
 			continue
 		}
-		last := slices.MaxFunc(parts, func(a, b lake.Part) int { return cmp.Compare(a.Span.MaxSeq, b.Span.MaxSeq) })
-		newest = append(newest, w.lake.Abs(last.Path))
+		at[s.Table.ID()] = len(out)
+		out = append(out, s)
 	}
-	meta, err := w.lakeMetadata(ctx, newest)
+	return out
+}
+
+// ReadLakeState reads the lake's state from the metadata of all its
+// files (a schema's renames are only in the version that made them).
+func (w *Warehouse) ReadLakeState(ctx context.Context) (LakeState, error) {
+	var st LakeState
+	parts, err := w.allParts()
 	if err != nil {
 		return st, err
 	}
-	for _, file := range newest {
+	files := make([]string, len(parts))
+	for i, p := range parts {
+		files[i] = w.lake.Abs(p.Path)
+	}
+	meta, err := w.lakeMetadata(ctx, files)
+	if err != nil {
+		return st, err
+	}
+	type version struct {
+		since change.Position
+		id    string
+		s     Schema
+	}
+	seen := map[string]bool{}
+	var versions []version
+	for _, file := range files {
 		m := meta[file]
 		if m[metaSchema] == "" {
-			return st, fmt.Errorf("lake file %s carries no table schema (a lakeflow older than the schema in each file wrote it): only the warehouse that lists it can read it", file)
-		}
-		var t change.Table
-		if err := json.Unmarshal([]byte(m[metaSchema]), &t); err != nil {
-			return st, fmt.Errorf("lake file %s: schema: %w", file, err)
+			return st, fmt.Errorf("%w: lake file %s carries no table schema (a lakeflow older than the schema in each file wrote it): only the warehouse that lists it can read it",
+				fault.ErrConfig, file)
 		}
 		f, _ := strconv.ParseUint(m[metaFloor], 10, 64)
 		st.Floor = max(st.Floor, change.LSN(f))
 		if b, ok := batchPosition(m); ok {
 			st.Batch = max(st.Batch, b.Batch)
 		}
-		st.Schemas = append(st.Schemas, Schema{Topic: m[metaTopic], Table: &t})
+		if seen[m[metaTopic]+"\x00"+m[metaSchema]] {
+			continue
+		}
+		seen[m[metaTopic]+"\x00"+m[metaSchema]] = true
+		var t change.Table
+		if err := json.Unmarshal([]byte(m[metaSchema]), &t); err != nil {
+			return st, fmt.Errorf("lake file %s: schema: %w", file, err)
+		}
+		versions = append(versions, version{since: t.Since, id: t.ID(), s: Schema{Topic: m[metaTopic], Table: &t}})
+	}
+	slices.SortStableFunc(versions, func(a, b version) int {
+		if c := cmp.Compare(a.id, b.id); c != 0 {
+			return c
+		}
+		if a.since.Less(b.since) {
+			return -1
+		}
+		if b.since.Less(a.since) {
+			return 1
+		}
+		return 0
+	})
+	for _, v := range versions {
+		st.Schemas = append(st.Schemas, v.s)
 	}
 	return st, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"slices"
 	"strings"
@@ -28,39 +27,24 @@ type ReplayScope struct {
 	ChunkEvents int
 	// Upto, if set, leaves out the transactions committed after it, in
 	// one transaction; the lake files that cannot hold any of the others
-	// are not read.
+	// (by the positions in their names) are not read.
 	Upto *Bound
 	// Tables, if set, are the only tables replayed (by source ID).
 	Tables map[string]bool
 }
 
 // Bound is a point of the log: every transaction committed at or before
-// position Seq, or, when Time is set, at or before that commit time.
+// position Seq.
 type Bound struct {
-	Seq  change.LSN
-	Time time.Time
+	Seq change.LSN
 }
 
 // admits says whether a lake file may hold a transaction at or before b.
-func (b *Bound) admits(p lake.Part) bool {
-	switch {
-	case b == nil:
-		return true
-	case b.Time.IsZero():
-		return p.Span.MinSeq <= b.Seq
-	default:
-		return p.Day <= b.Time.UTC().Format(time.DateOnly) // days are commit days in UTC
-	}
-}
+func (b *Bound) admits(p lake.Part) bool { return b == nil || p.Span.MinSeq <= b.Seq }
 
-// where is SQL over lake events keeping those of positions (lo, hi] and
-// within the bound.
+// where is SQL over lake events keeping those of positions (lo, hi].
 func (b *Bound) where(lo, hi uint64) string {
-	cond := fmt.Sprintf("_cdc_seq > %d AND _cdc_seq <= %d", lo, hi)
-	if b != nil && !b.Time.IsZero() {
-		cond += fmt.Sprintf(" AND _commit_ts <= make_timestamptz(%d)", b.Time.UnixMicro())
-	}
-	return cond
+	return fmt.Sprintf("_cdc_seq > %d AND _cdc_seq <= %d", lo, hi)
 }
 
 // Replay applies the lake's events in scope to this warehouse, which
@@ -76,7 +60,7 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 		if scope.Tables != nil && !scope.Tables[t.schema.ID()] {
 			continue
 		}
-		parts, err := w.lake.Parts(lakeDir(t.schema))
+		parts, err := w.parts(lakeDir(t.schema))
 		if err != nil {
 			return st, err
 		}
@@ -98,14 +82,14 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 	if len(all) == 0 {
 		return st, nil
 	}
-	bounds := []uint64{math.MaxUint64}
+	var bounds []uint64
 	if scope.Upto == nil {
 		var err error
 		if bounds, err = w.chunkBounds(ctx, all, scope.ChunkEvents); err != nil {
 			return st, err
 		}
-	} else if scope.Upto.Time.IsZero() {
-		bounds[0] = uint64(scope.Upto.Seq)
+	} else {
+		bounds = []uint64{uint64(scope.Upto.Seq)}
 	}
 	order := make([]*table, 0, len(files))
 	for t := range files {
@@ -266,11 +250,14 @@ func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, rena
 		return fmt.Sprintf("CASE WHEN %s IS NULL THEN NULL ELSE struct_pack(%s) END AS %s", side, strings.Join(vals, ", "), side)
 	}
 	_, err = w.conn.ExecContext(ctx, fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE %s AS
-SELECT op, %s, %s, _cdc_seq, _cdc_ord, _commit_ts, lsn, tx_id, kafka_topic, kafka_partition, kafka_offset
+SELECT op, %s, %s, _cdc_seq, _cdc_ord, _commit_ts, lsn, tx_id, kafka_topic, kafka_partition, row_number() OVER () AS kafka_offset
 FROM %s WHERE %s`, rowsTable(t.id), image("before"), image("after"), src, where))
 	if err != nil {
 		return 0, false, err
 	}
+	// (The rules tell changes apart by partition and offset; a lake that
+	// spans a reset Kafka log holds two events at one offset, so the
+	// replay numbers its events instead.)
 	var nonKey []string
 	for _, c := range t.schema.Columns {
 		if !c.Key {

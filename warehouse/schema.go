@@ -122,6 +122,19 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 	return w.activateMarts(ctx)
 }
 
+// ApplyVersions creates the tables of schemas, which hold each table's
+// versions in the order they took effect (a lake's, LakeState): one
+// version at a time, as the stream met them, so each evolves the table
+// the one before made. (No Kafka position is recorded.)
+func (w *Warehouse) ApplyVersions(ctx context.Context, schemas []Schema, schemaTopic string) error {
+	for _, s := range schemas {
+		if err := w.ApplySchemas(ctx, []Schema{s}, schemaTopic, TopicPosition{Next: map[int32]int64{}}, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Schemas returns the schema of every table the warehouse holds.
 func (w *Warehouse) Schemas() map[string]*change.Table {
 	out := make(map[string]*change.Table, len(w.tables))

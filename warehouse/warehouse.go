@@ -52,8 +52,12 @@ type Warehouse struct {
 	marts     []*mart
 	// refreshing are the marts the batch being applied refreshes.
 	refreshing []*mart
-	// view, if set, says the warehouse only reads the lake (OpenView).
-	view *View
+	// view, if set, says the warehouse only reads the lake (OpenView);
+	// listing is its one listing of the lake's files, by table directory,
+	// whole batches up to complete.
+	view     *View
+	listing  map[string][]lake.Part
+	complete change.LSN
 	// beforeCommit, if set, runs just before a batch commits (tests).
 	beforeCommit func()
 }

@@ -218,6 +218,30 @@ func (l *Lake) Tables() ([]string, error) {
 	return out, nil
 }
 
+// Staged returns the smallest position each staged file holds: files of
+// a batch being published (or whose publication a crash interrupted).
+// A reader of the lake stops below them: their batch may be half
+// published.
+func (l *Lake) Staged() ([]change.LSN, error) {
+	entries, err := os.ReadDir(filepath.Join(l.dir, stagingDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []change.LSN
+	for _, e := range entries {
+		rel, ok := strings.CutSuffix(e.Name(), ".staging")
+		parts := strings.Split(rel, "~")
+		if m := partName.FindStringSubmatch(parts[len(parts)-1]); ok && m != nil {
+			minSeq, _ := strconv.ParseUint(m[1], 16, 64)
+			out = append(out, change.LSN(minSeq))
+		}
+	}
+	return out, nil
+}
+
 // HighOffsets returns, per Kafka partition, the highest offset a
 // published file of table holds. A warehouse rebuilt from Kafka uses it to
 // leave events already in the lake out of new lake files.

@@ -51,10 +51,10 @@ type Result struct {
 	// and as of an early position (a tenth into the load's WAL), and the
 	// whole warehouse as of the end (--out).
 	AsOf            map[string]AsOfResult `json:"asof"`
-	CPUs            int            `json:"cpus"`
-	GoVersion       string         `json:"go_version"`
-	PostgresVersion string         `json:"postgres_version"`
-	When            string         `json:"when"`
+	CPUs            int                   `json:"cpus"`
+	GoVersion       string                `json:"go_version"`
+	PostgresVersion string                `json:"postgres_version"`
+	When            string                `json:"when"`
 }
 
 // BackfillResult measures lakeflow backfill --all (the faster of two).
@@ -346,7 +346,7 @@ func asof(bin, cfgFile, pos, what, out string) (AsOfResult, error) {
 		return r, fmt.Errorf("lakeflow asof: %v\n%s", err, stderr.String())
 	}
 	r.Seconds = time.Since(t0).Seconds()
-	m := regexp.MustCompile(`as-of warehouse built files=(\d+) bytes=(\d+) events=(\d+)`).FindStringSubmatch(stderr.String())
+	m := regexp.MustCompile(`as-of warehouse built" files=(\d+) bytes=(\d+) events=(\d+)`).FindStringSubmatch(stderr.String())
 	if m == nil {
 		return r, fmt.Errorf("lakeflow asof said %q", stderr.String())
 	}
