@@ -44,7 +44,7 @@ func newApp() *cli.App {
 		Name:           "lakeflow",
 		Usage:          "PostgreSQL WAL → Kafka → Parquet lake + DuckDB warehouse, in one process",
 		Flags:          commonFlags(),
-		Commands:       []*cli.Command{runCommand(), contractsCommand(), backfillCommand(), asofCommand()},
+		Commands:       []*cli.Command{runCommand(), contractsCommand(), backfillCommand(), asofCommand(), catalogCommand()},
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError:   usageError,
 		CommandNotFound: func(_ *cli.Context, name string) {

@@ -8,7 +8,6 @@
 package contracts
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -17,8 +16,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/pelletier/go-toml/v2"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/config"
@@ -195,23 +192,8 @@ func loadFile(path string, ck *checker) (*Contract, error) {
 		return nil, err
 	}
 	var f file
-	d := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
-	if err := d.Decode(&f); err != nil {
-		var strict *toml.StrictMissingError
-		if errors.As(err, &strict) {
-			var msgs []string
-			for _, e := range strict.Errors {
-				row, _ := e.Position()
-				msgs = append(msgs, fmt.Sprintf("%s:%d: unknown key %s", path, row, strings.Join(e.Key(), ".")))
-			}
-			return nil, errors.New(strings.Join(msgs, "; "))
-		}
-		var de *toml.DecodeError
-		if errors.As(err, &de) {
-			row, _ := de.Position()
-			return nil, fmt.Errorf("%s:%d: %s", path, row, de.Error())
-		}
-		return nil, fmt.Errorf("%s: %v", path, err)
+	if err := config.DecodeStrict(path, data, &f); err != nil {
+		return nil, err
 	}
 	lines := newLines(data)
 	bad := func(line int, format string, args ...any) error {

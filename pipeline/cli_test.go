@@ -113,6 +113,26 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(cfg.Contracts.Dir, "orders.toml")); err != nil {
 		t.Fatal(err)
 	}
+	// The catalog, derived from the lake and the contracts just written,
+	// and its lineage naming every dataset.
+	out, err = exec.Command(bin, "--config", file, "catalog", "init").CombinedOutput()
+	if err != nil || strings.Count(string(out), "wrote ") < 20 {
+		t.Fatalf("lakeflow catalog init: %v\n%s", err, out)
+	}
+	out, err = exec.Command(bin, "--config", file, "catalog", "--format", "csv").Output()
+	if err != nil || !strings.Contains(string(out), "silver.orders,silver,") {
+		t.Fatalf("lakeflow catalog: %v\n%s", err, out)
+	}
+	graph, err := exec.Command(bin, "--config", file, "catalog", "--lineage").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n")[1:] {
+		name, _, _ := strings.Cut(line, ",")
+		if !strings.Contains(string(graph), `"`+name+`"`) {
+			t.Errorf("the lineage graph does not name %s:\n%s", name, graph)
+		}
+	}
 	// The run stopped its PostgreSQL; start it again to compare.
 	cl, err := postgres.StartCluster(context.Background(), postgres.ClusterConfig{Dir: cfg.Source.Embedded.Dir, Port: pgPort}, quietLog())
 	if err != nil {

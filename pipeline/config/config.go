@@ -28,6 +28,7 @@ type Config struct {
 	Warehouse Warehouse
 	Pipeline  Pipeline
 	Contracts Contracts
+	Catalog   Catalog
 	Gold      Gold
 }
 
@@ -52,6 +53,11 @@ type Refresh struct {
 
 // Contracts locates the data contracts (one TOML file per table).
 type Contracts struct {
+	Dir string
+}
+
+// Catalog locates the dataset catalog (one TOML file per dataset).
+type Catalog struct {
 	Dir string
 }
 

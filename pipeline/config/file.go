@@ -22,7 +22,12 @@ type file struct {
 	Warehouse warehouseFile `toml:"warehouse"`
 	Pipeline  pipelineFile  `toml:"pipeline"`
 	Contracts contractsFile `toml:"contracts"`
+	Catalog   catalogFile   `toml:"catalog"`
 	Gold      goldFile      `toml:"gold"`
+}
+
+type catalogFile struct {
+	Dir string `toml:"dir"`
 }
 
 type goldFile struct {
@@ -96,6 +101,7 @@ func defaults() file {
 		},
 		Warehouse: warehouseFile{MemoryLimit: "1GiB"},
 		Contracts: contractsFile{Dir: "contracts"},
+		Catalog:   catalogFile{Dir: "catalog"},
 		Pipeline: pipelineFile{
 			BatchEvents:   50000,
 			BatchBytes:    "64MiB",
@@ -241,6 +247,7 @@ func (f file) resolve(base string) (*Config, []string) {
 	c.Warehouse.MemoryLimit = size("warehouse.memory_limit", f.Warehouse.MemoryLimit)
 
 	c.Contracts.Dir = abs("contracts.dir", f.Contracts.Dir)
+	c.Catalog.Dir = abs("catalog.dir", f.Catalog.Dir)
 
 	c.Gold = Gold{Dir: filepath.Join(base, defaultGoldDir), Refresh: map[string]Refresh{}}
 	if f.Gold.Dir != "" {
@@ -271,4 +278,29 @@ func (f file) resolve(base string) (*Config, []string) {
 		bad("pipeline.batch_events", "%d must be at least 1", p.BatchEvents)
 	}
 	return c, problems
+}
+
+// DecodeStrict decodes a TOML file of lakeflow's (a contract, a catalog
+// entry) into v, refusing unknown keys; every problem names the file and
+// line.
+func DecodeStrict(path string, data []byte, v any) error {
+	err := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields().Decode(v)
+	var strict *toml.StrictMissingError
+	if errors.As(err, &strict) {
+		var msgs []string
+		for _, e := range strict.Errors {
+			row, _ := e.Position()
+			msgs = append(msgs, fmt.Sprintf("%s:%d: unknown key %s", path, row, strings.Join(e.Key(), ".")))
+		}
+		return errors.New(strings.Join(msgs, "; "))
+	}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		row, _ := de.Position()
+		return fmt.Errorf("%s:%d: %s", path, row, de.Error())
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %v", path, err)
+	}
+	return nil
 }

@@ -28,6 +28,8 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Demo are the demo's marts.
@@ -54,6 +56,9 @@ type Mart struct {
 	Touched map[string]string
 	// TouchedLine is the header line of each Touched entry.
 	TouchedLine map[string]int
+	// Description is the header's opening comment (before an indented
+	// line or a header key), without a leading "gold.<name>:".
+	Description string
 }
 
 // Load reads every .sql file of fsys; dir names the directory in
@@ -102,7 +107,13 @@ func parse(file, name, text string) (Mart, error) {
 		if !strings.HasPrefix(l, "--") {
 			break // the header ends at the SELECT
 		}
-		l = strings.TrimSpace(strings.TrimPrefix(l, "--"))
+		raw := strings.TrimPrefix(l, "--")
+		l = strings.TrimSpace(raw)
+		if describing := m.Grain == "" && len(m.Touched) == 0 && !strings.HasPrefix(raw, "  "); describing &&
+			!strings.HasPrefix(l, "grain:") && !strings.HasPrefix(l, "touched by ") {
+			m.Description = strings.TrimSpace(m.Description + " " + strings.TrimPrefix(l, "gold."+name+":"))
+			continue
+		}
 		switch {
 		case strings.HasPrefix(l, "grain:"):
 			if m.Grain != "" {
@@ -133,6 +144,10 @@ func parse(file, name, text string) (Mart, error) {
 	}
 	if m.Grain == Full && len(m.Touched) > 0 {
 		return m, bad(m.TouchedLine[firstKey(m.Touched)], "a mart with grain full is rebuilt whole: it takes no touched by lines")
+	}
+	// The header's opening words begin a sentence.
+	if r, n := utf8.DecodeRuneInString(m.Description); n > 0 {
+		m.Description = string(unicode.ToUpper(r)) + m.Description[n:]
 	}
 	return m, nil
 }
