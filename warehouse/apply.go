@@ -185,15 +185,15 @@ func (w *Warehouse) applyRows(ctx context.Context, order []*table, keyOnly map[*
 	}
 	st.History = since()
 	golden := w.goldReads(order)
-	if err := w.changedBefore(ctx, golden); err != nil {
+	if err := w.changedBefore(ctx, golden, keyOnly); err != nil {
 		return err
 	}
 	for _, t := range order {
-		apply := t.apply
-		if keyOnly[t] {
-			apply = t.applyKeyOnly
+		latest := "(" + latestSQL(t.schema, t.id, keyOnly[t], len(t.rules) > 0) + ")"
+		if slices.Contains(golden, t) {
+			latest = newestTable(t.id)
 		}
-		for _, stmt := range apply {
+		for _, stmt := range applySQL(t.schema, t.id, keyOnly[t], latest) {
 			if _, err := w.conn.ExecContext(ctx, stmt); err != nil {
 				return fmt.Errorf("apply %s batch: %w", t.schema.ID(), err)
 			}

@@ -438,43 +438,34 @@ func (w *Warehouse) goldReads(order []*table) []*table {
 // batch's keys before and after the merge.
 func changedTable(id int) string { return fmt.Sprintf("lakeflow_changed_%d", id) }
 
-// keysTable holds the keys of the batch's changes of table id.
-func keysTable(id int) string { return fmt.Sprintf("lakeflow_keys_%d", id) }
-
-// batchKeys is SQL joining silver.T, aliased s, to the keys of the
-// batch's changes of t (keysTable).
-func batchKeys(t *table) string {
+// newestKeys is SQL joining silver.T, aliased s, to the keys of the
+// batch's changes of t (newestTable: one row per key).
+func newestKeys(t *table) string {
 	var on []string
-	for i, k := range t.schema.KeyColumns() {
-		on = append(on, fmt.Sprintf("s.%s = k.k%d", ident(t.schema.Columns[k].Name), i))
+	for _, k := range t.schema.KeyColumns() {
+		n := ident(t.schema.Columns[k].Name)
+		on = append(on, fmt.Sprintf("s.%s = k.img.%s", n, n))
 	}
-	return fmt.Sprintf("SEMI JOIN %s k ON %s", keysTable(t.id), strings.Join(on, " AND "))
+	return fmt.Sprintf("SEMI JOIN %s k ON %s", newestTable(t.id), strings.Join(on, " AND "))
 }
 
-// keepKeys fills keysTable with the keys of the batch's changes of t.
-func (w *Warehouse) keepKeys(ctx context.Context, t *table) error {
-	var keys []string
-	for i, k := range t.schema.KeyColumns() {
-		keys = append(keys, fmt.Sprintf("COALESCE(after, before).%s AS k%d", ident(t.schema.Columns[k].Name), i))
-	}
-	_, err := w.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT DISTINCT %s FROM %s WHERE op <> 't'",
-		keysTable(t.id), strings.Join(keys, ", "), rowsTable(t.id)))
-	return err
-}
-
-// changedBefore keeps silver's rows of the batch's keys of each table in
-// tables (all its rows if the batch truncates it) before the merge.
-func (w *Warehouse) changedBefore(ctx context.Context, tables []*table) error {
+// changedBefore keeps the newest change per key of each table in tables
+// (newestTable) for the merge and the after images, and silver's rows of
+// the batch's keys (all its rows if the batch truncates it) before the
+// merge.
+func (w *Warehouse) changedBefore(ctx context.Context, tables []*table, keyOnly map[*table]bool) error {
 	for _, t := range tables {
+		_, err := w.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS %s",
+			newestTable(t.id), latestSQL(t.schema, t.id, keyOnly[t], len(t.rules) > 0)))
+		if err != nil {
+			return err
+		}
 		truncates, err := w.truncates(ctx, t)
 		if err != nil {
 			return err
 		}
-		if err := w.keepKeys(ctx, t); err != nil {
-			return err
-		}
 		silver := "silver." + ident(t.schema.Name)
-		q := fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT s.* FROM %s s %s", changedTable(t.id), silver, batchKeys(t))
+		q := fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT s.* FROM %s s %s", changedTable(t.id), silver, newestKeys(t))
 		if truncates > 0 {
 			q = fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT * FROM %s", changedTable(t.id), silver)
 		}
@@ -488,16 +479,17 @@ func (w *Warehouse) changedBefore(ctx context.Context, tables []*table) error {
 // afterImagesSQL adds to the changed rows of t silver's rows of the
 // batch's keys as the merge leaves them, from the batch itself rather
 // than silver (a scan of silver per table and batch costs more): each
-// key's newest change, deleted or not. A change the merge did not take
-// (older than silver's row) adds an image that only refreshes more; a
-// deleted row's values are those it had before, already there.
+// key's newest change (newestTable), deleted or not. A change the merge
+// did not take (older than silver's row) adds an image that only
+// refreshes more; a deleted row's values are those it had before,
+// already there.
 func afterImagesSQL(t *table) string {
 	cols := make([]string, len(t.schema.Columns))
 	for i, c := range t.schema.Columns {
 		cols[i] = columnValue(c, "s.img") + " AS " + ident(c.Name)
 	}
-	return fmt.Sprintf(`INSERT INTO %s BY NAME SELECT %s, s._cdc_seq, s._cdc_ord, s._commit_ts, s.del AS _deleted FROM (%s) s`,
-		changedTable(t.id), strings.Join(cols, ", "), latestSQL(t.schema, t.id, false, len(t.rules) > 0))
+	return fmt.Sprintf(`INSERT INTO %s BY NAME SELECT %s, s._cdc_seq, s._cdc_ord, s._commit_ts, s.del AS _deleted FROM %s s`,
+		changedTable(t.id), strings.Join(cols, ", "), newestTable(t.id))
 }
 
 // truncates counts the batch's truncates of t.

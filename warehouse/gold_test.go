@@ -148,3 +148,36 @@ func TestIntervalMartsRefreshWhenDue(t *testing.T) {
 		t.Fatalf("a drained run refreshes what waits: %q", got)
 	}
 }
+
+// TestMartsSeeDeletesWithTheKeyAlone: a batch of an update and deletes
+// that carry only the key refreshes the partitions the deleted rows left,
+// on the replace path (a table with an interval) and on the MERGE path.
+func TestMartsSeeDeletesWithTheKeyAlone(t *testing.T) {
+	withInterval := acct
+	defer func() { acct = withInterval }()
+	withoutInterval := &change.Table{Schema: "public", Name: "acct", Columns: []change.Column{
+		{Name: "id", Type: change.Type{Kind: change.KindInt4, Name: "integer"}, Key: true},
+		{Name: "name", Type: change.Type{Kind: change.KindText, Name: "text"}},
+		{Name: "span", Type: change.Type{Kind: change.KindText, Name: "text"}},
+	}}
+	for path, table := range map[string]*change.Table{"replace": withInterval, "merge": withoutInterval} {
+		t.Run(path, func(t *testing.T) {
+			acct = table
+			f := newFixture(t)
+			defer f.close()
+			f.apply(f.rec(change.OpCreate, 100, 1, "1", "a", ""), f.rec(change.OpCreate, 100, 2, "2", "b", ""),
+				f.rec(change.OpCreate, 100, 3, "3", "b", ""))
+			if err := f.marts(map[string]string{"by_name.sql": byName}, nil); err != nil {
+				t.Fatal(err)
+			}
+			f.apply(f.rec(change.OpUpdate, 200, 1, "1", "c", ""), f.keyOnlyDelete(200, 2, "1"), f.keyOnlyDelete(200, 3, "2"))
+			if got, want := f.gold("SELECT name || ' ' || n FROM gold.by_name"), "b 1"; got != want {
+				t.Fatalf("gold.by_name:\n%s\nwant:\n%s", got, want)
+			}
+			expect(t, f.silver(), `
+1 c ∅ deleted @200/2
+2 b ∅ deleted @200/3
+3 b ∅ @100/3`)
+		})
+	}
+}

@@ -402,16 +402,14 @@ func keyHasInterval(t *change.Table) bool {
 	return false
 }
 
-// register remembers a table and prepares the SQL that applies its batches.
+// register remembers a table and prepares the SQL that decodes its events.
 func (w *Warehouse) register(topic string, t *change.Table) *table {
 	id := len(w.tables)
 	if prev, ok := w.tables[t.ID()]; ok {
 		id = prev.id
 	}
 	rules := w.rulesFor(t)
-	judged := len(rules) > 0
-	tb := &table{id: id, topic: topic, schema: t, parse: parseSQL(id, topic, t), apply: applySQL(t, id, false, judged),
-		applyKeyOnly: applySQL(t, id, true, judged), rules: rules, history: w.keepsHistory(t)}
+	tb := &table{id: id, topic: topic, schema: t, parse: parseSQL(id, topic, t), rules: rules, history: w.keepsHistory(t)}
 	w.tables[t.ID()] = tb
 	w.byTopic[topic] = tb
 	return tb

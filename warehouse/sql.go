@@ -98,9 +98,11 @@ func dlqReasonSQL(t *change.Table) string {
 // lacks REPLICA IDENTITY FULL); then the version is the newest insert or
 // update of the key in the batch, else what silver holds, so the result
 // does not depend on where batches end. A truncate soft-deletes every row
-// older than it. Changes of a judged table (one with contract rules) that
-// failed a quarantine rule are held back.
-func applySQL(t *change.Table, id int, keyOnly, judged bool) []string {
+// older than it. latest is the newest change per key (latestSQL, with
+// keyOnly as given): a subquery, or newestTable. Changes of a judged
+// table (one with contract rules) that failed a quarantine rule are left
+// out of it: they are held back.
+func applySQL(t *change.Table, id int, keyOnly bool, latest string) []string {
 	silver := "silver." + ident(t.Name)
 	rows := rowsTable(id)
 	var names, values, sets, on, final []string
@@ -142,7 +144,6 @@ func applySQL(t *change.Table, id int, keyOnly, judged bool) []string {
 	}
 	sets = append(sets, "_deleted = s.del")
 	final = append(final, "s.del AS _deleted")
-	latest := latestSQL(t, id, keyOnly, judged)
 	newer := positionLess("t", "s")
 	match := strings.Join(on, " AND ")
 	truncate := fmt.Sprintf(`UPDATE %[1]s AS t SET _deleted = true, _cdc_seq = s._cdc_seq, _cdc_ord = s._cdc_ord, _commit_ts = s._commit_ts
@@ -152,7 +153,7 @@ WHERE NOT t._deleted AND %[2]s`, silver, newer, rows)
 		// DuckDB's UPDATE keeps the old spelling of an interval that
 		// compares equal: rows are replaced instead.
 		return []string{
-			fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE lakeflow_latest AS SELECT %s FROM (%s) AS s LEFT JOIN %s AS t ON %s
+			fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE lakeflow_latest AS SELECT %s FROM %s AS s LEFT JOIN %s AS t ON %s
 				WHERE t._cdc_seq IS NULL OR %s`, strings.Join(final, ", "), latest, silver, match, newer),
 			fmt.Sprintf("DELETE FROM %s AS t USING lakeflow_latest AS s WHERE %s", silver, strings.ReplaceAll(match, "s.img.", "s.")),
 			fmt.Sprintf("INSERT INTO %s (%s) SELECT * FROM lakeflow_latest", silver, strings.Join(names, ", ")),
@@ -160,13 +161,18 @@ WHERE NOT t._deleted AND %[2]s`, silver, newer, rows)
 		}
 	}
 	return []string{
-		fmt.Sprintf(`MERGE INTO %s AS t USING (%s) AS s ON %s
+		fmt.Sprintf(`MERGE INTO %s AS t USING %s AS s ON %s
 WHEN MATCHED AND %s THEN UPDATE SET %s
 WHEN NOT MATCHED THEN INSERT (%s) VALUES (%s)`,
 			silver, latest, match, newer, strings.Join(sets, ", "), strings.Join(names, ", "), strings.Join(values, ", ")),
 		truncate,
 	}
 }
+
+// newestTable holds latestSQL of table id for a batch whose changes of it
+// gold reads: the merge, and the changed rows before and after it, read
+// it rather than computing it three times.
+func newestTable(id int) string { return fmt.Sprintf("lakeflow_newest_%d", id) }
 
 // latestSQL is the newest change of each key in the batch's rows of
 // table id (the changes held back by rules left out, if judged): its image

@@ -62,15 +62,12 @@ type Warehouse struct {
 	beforeCommit func()
 }
 
-// table is a silver table and the SQL that applies batches to it
-// (applyKeyOnly: for batches with deletes that carry the key alone).
+// table is a silver table and the SQL that decodes its staged events.
 type table struct {
-	id           int
-	topic        string
-	schema       *change.Table
-	parse        string
-	apply        []string
-	applyKeyOnly []string
+	id     int
+	topic  string
+	schema *change.Table
+	parse  string
 	// rules are the contract's rules for the table.
 	rules []rule
 	// history says the contract asks for SCD2 history.
