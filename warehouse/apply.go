@@ -121,13 +121,13 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, touched map[*table]b
 		order = append(order, t)
 	}
 	slices.SortFunc(order, func(a, b *table) int { return a.id - b.id })
-	keyOnly := map[*table]bool{}
+	rows := map[*table]rowsInfo{}
 	for _, t := range order {
-		ko, err := w.decode(ctx, t)
+		info, err := w.decode(ctx, t)
 		if err != nil {
 			return nil, err
 		}
-		keyOnly[t] = ko
+		rows[t] = info
 	}
 	dead, err := w.deadLetters(ctx, b.Positions)
 	if err != nil {
@@ -158,7 +158,7 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, touched map[*table]b
 		}
 	}
 	st.Lake = since()
-	if err := w.applyRows(ctx, order, keyOnly, st, since); err != nil {
+	if err := w.applyRows(ctx, order, rows, st, since); err != nil {
 		return files, err
 	}
 	if err := w.saveOffsets(ctx, b.Positions); err != nil {
@@ -167,33 +167,42 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, touched map[*table]b
 	return files, w.recordBatch(ctx, b)
 }
 
+// rowsInfo is what reading a table's rows of the batch (rowsTable) told.
+type rowsInfo struct {
+	// keyOnly: a delete's before image holds only the key.
+	keyOnly bool
+	// truncates counts the truncates of the table.
+	truncates int
+}
+
 // applyRows applies the decoded rows of the batch's tables (order): the
 // contract rules and quarantine, the history, the merge into silver and
 // the gold marts. The stream and the backfill both come here.
-func (w *Warehouse) applyRows(ctx context.Context, order []*table, keyOnly map[*table]bool, st *BatchStats, since func() time.Duration) error {
+func (w *Warehouse) applyRows(ctx context.Context, order []*table, rows map[*table]rowsInfo, st *BatchStats, since func() time.Duration) error {
 	var err error
-	if st.Quarantined, st.Warned, err = w.applyRules(ctx, order); err != nil {
+	if st.Quarantined, st.Warned, err = w.applyRules(ctx, order, rows); err != nil {
 		return err
 	}
 	st.Rules = since()
 	for _, t := range order {
 		if t.history {
-			if err := w.recordHistory(ctx, t); err != nil {
+			if err := w.recordHistory(ctx, t, rows[t].truncates); err != nil {
 				return fmt.Errorf("record the history of %s: %w", t.schema.ID(), err)
 			}
 		}
 	}
 	st.History = since()
 	golden := w.goldReads(order)
-	if err := w.changedBefore(ctx, golden, keyOnly); err != nil {
+	if err := w.changedBefore(ctx, golden, rows); err != nil {
 		return err
 	}
 	for _, t := range order {
-		latest := "(" + latestSQL(t.schema, t.id, keyOnly[t], len(t.rules) > 0) + ")"
+		keyOnly := rows[t].keyOnly
+		latest := "(" + latestSQL(t.schema, t.id, keyOnly, len(t.rules) > 0) + ")"
 		if slices.Contains(golden, t) {
 			latest = newestTable(t.id)
 		}
-		for _, stmt := range applySQL(t.schema, t.id, keyOnly[t], latest) {
+		for _, stmt := range applySQL(t.schema, t.id, keyOnly, latest) {
 			if _, err := w.conn.ExecContext(ctx, stmt); err != nil {
 				return fmt.Errorf("apply %s batch: %w", t.schema.ID(), err)
 			}
@@ -212,24 +221,27 @@ func (w *Warehouse) applyRows(ctx context.Context, order []*table, keyOnly map[*
 // decode turns a table's staged envelopes into typed rows, moves those
 // that cannot be applied to the batch's dead letters, drops those the
 // warehouse already holds, and reports whether a delete carries its key
-// alone.
-func (w *Warehouse) decode(ctx context.Context, t *table) (keyOnly bool, err error) {
+// alone and how many truncates are left.
+func (w *Warehouse) decode(ctx context.Context, t *table) (rowsInfo, error) {
+	var info rowsInfo
 	if _, err := w.conn.ExecContext(ctx, t.parse); err != nil {
-		return false, fmt.Errorf("decode %s events: %w", t.schema.ID(), err)
+		return info, fmt.Errorf("decode %s events: %w", t.schema.ID(), err)
 	}
 	rows := rowsTable(t.id)
 	var dead, ko, stale int
 	if err := w.conn.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FILTER (dlq_reason IS NOT NULL),
-		count(*) FILTER (key_only AND dlq_reason IS NULL), count(*) FILTER (_cdc_seq <= %d AND dlq_reason IS NULL) FROM %s`, w.floor, rows)).
-		Scan(&dead, &ko, &stale); err != nil {
-		return false, err
+		count(*) FILTER (key_only AND dlq_reason IS NULL), count(*) FILTER (_cdc_seq <= %[1]d AND dlq_reason IS NULL),
+		count(*) FILTER (op = 't' AND _cdc_seq > %[1]d AND dlq_reason IS NULL) FROM %[2]s`, w.floor, rows)).
+		Scan(&dead, &ko, &stale, &info.truncates); err != nil {
+		return info, err
 	}
+	info.keyOnly = ko > 0
 	if dead > 0 {
 		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO lakeflow_dead
 			SELECT r.kafka_topic, r.kafka_partition, r.kafka_offset, %s, 'decode', r.dlq_reason, coalesce(s.raw, encode(s.v)), r._cdc_seq, r._cdc_ord
 			FROM %s r JOIN lakeflow_stage s ON s.tbl = %d AND s.kafka_partition = r.kafka_partition AND s.kafka_offset = r.kafka_offset
 			WHERE r.dlq_reason IS NOT NULL`, literal(t.schema.ID()), rows, t.id)); err != nil {
-			return false, err
+			return info, err
 		}
 	}
 	if dead+stale > 0 {
@@ -237,7 +249,7 @@ func (w *Warehouse) decode(ctx context.Context, t *table) (keyOnly bool, err err
 		// the lake already (the Kafka log was read again from its start).
 		// (A filter in the parse would decode every envelope twice.)
 		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf("DELETE FROM %s WHERE dlq_reason IS NOT NULL OR _cdc_seq <= %d", rows, w.floor)); err != nil {
-			return false, err
+			return info, err
 		}
 	}
 	if w.known[t] {
@@ -245,10 +257,13 @@ func (w *Warehouse) decode(ctx context.Context, t *table) (keyOnly bool, err err
 		// log was lost.
 		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %s r USING lakeflow_known k
 			WHERE k.tbl = %d AND k.seq = r._cdc_seq AND k.ord = r._cdc_ord`, rows, t.id)); err != nil {
-			return false, err
+			return info, err
+		}
+		if err := w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE op = 't'", rows)).Scan(&info.truncates); err != nil {
+			return info, err
 		}
 	}
-	return ko > 0, nil
+	return info, nil
 }
 
 // recordBatch adds the batch to lakeflow.batches.

@@ -456,20 +456,16 @@ func newestKeys(t *table) string {
 // (newestTable) for the merge and the after images, and silver's rows of
 // the batch's keys (all its rows if the batch truncates it) before the
 // merge.
-func (w *Warehouse) changedBefore(ctx context.Context, tables []*table, keyOnly map[*table]bool) error {
+func (w *Warehouse) changedBefore(ctx context.Context, tables []*table, rows map[*table]rowsInfo) error {
 	for _, t := range tables {
 		_, err := w.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS %s",
-			newestTable(t.id), latestSQL(t.schema, t.id, keyOnly[t], len(t.rules) > 0)))
-		if err != nil {
-			return err
-		}
-		truncates, err := w.truncates(ctx, t)
+			newestTable(t.id), latestSQL(t.schema, t.id, rows[t].keyOnly, len(t.rules) > 0)))
 		if err != nil {
 			return err
 		}
 		silver := "silver." + ident(t.schema.Name)
 		q := fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT s.* FROM %s s %s", changedTable(t.id), silver, newestKeys(t))
-		if truncates > 0 {
+		if rows[t].truncates > 0 {
 			q = fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT * FROM %s", changedTable(t.id), silver)
 		}
 		if _, err := w.conn.ExecContext(ctx, q); err != nil {
@@ -493,12 +489,6 @@ func afterImagesSQL(t *table) string {
 	}
 	return fmt.Sprintf(`INSERT INTO %s BY NAME SELECT %s, s._cdc_seq, s._cdc_ord, s._commit_ts, s.del AS _deleted FROM %s s`,
 		changedTable(t.id), strings.Join(cols, ", "), newestTable(t.id))
-}
-
-// truncates counts the batch's truncates of t.
-func (w *Warehouse) truncates(ctx context.Context, t *table) (n int, err error) {
-	err = w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE op = 't'", rowsTable(t.id))).Scan(&n)
-	return n, err
 }
 
 // refreshGold adds the batch's keys' rows after the merge to the changed

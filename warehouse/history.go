@@ -75,12 +75,9 @@ func historyColumns(t *change.Table) string {
 	return strings.Join(cols, ", ")
 }
 
-// recordHistory records the batch's changes of t in its history.
-func (w *Warehouse) recordHistory(ctx context.Context, t *table) error {
-	truncates, err := w.truncates(ctx, t)
-	if err != nil {
-		return err
-	}
+// recordHistory records the batch's changes of t, which truncate it
+// truncates times, in its history.
+func (w *Warehouse) recordHistory(ctx context.Context, t *table, truncates int) error {
 	return w.exec(ctx, historySQL(t.schema, t.id, len(t.rules) > 0, truncates, w.midTransaction))
 }
 

@@ -111,16 +111,16 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 			return d
 		}
 		err := w.inTx(ctx, func(ctx context.Context) error {
-			keyOnly := map[*table]bool{}
+			rows := map[*table]rowsInfo{}
 			var touched []*table
 			for _, t := range order {
-				n, ko, err := w.loadRows(ctx, t, files[t], renames[t.schema.ID()], scope.Upto.where(lo, hi))
+				n, info, err := w.loadRows(ctx, t, files[t], renames[t.schema.ID()], scope.Upto.where(lo, hi))
 				if err != nil {
 					return fmt.Errorf("read the lake of %s: %w", t.schema.ID(), err)
 				}
 				if n > 0 {
 					touched = append(touched, t)
-					keyOnly[t] = ko
+					rows[t] = info
 					st.Events += n
 				}
 			}
@@ -128,7 +128,7 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 				return err
 			}
 			bs.Decode = since()
-			return w.applyRows(ctx, touched, keyOnly, &bs, since)
+			return w.applyRows(ctx, touched, rows, &bs, since)
 		})
 		if err != nil {
 			return st, err
@@ -216,18 +216,19 @@ func (w *Warehouse) renameChains(ctx context.Context) (map[string]map[string][]s
 // loadRows fills the rows table of t with its lake events that where
 // (SQL) keeps, in the shape the stream's decode gives (images of the current
 // schema: a column renamed since is read under its old name), and
-// reports how many there are and whether a delete holds only the key (a
+// reports how many there are, whether a delete holds only the key (a
 // before image whose other columns are all NULL: the lake keeps no flag,
-// and for a full image the key-only apply gives the same row).
-func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, renames map[string][]string, where string) (int, bool, error) {
+// and for a full image the key-only apply gives the same row) and how
+// many truncates.
+func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, renames map[string][]string, where string) (int, rowsInfo, error) {
 	src := fmt.Sprintf("read_parquet(%s, union_by_name = true)", sqlList(files))
 	fields, err := w.structFields(ctx, src)
 	if err != nil {
-		return 0, false, err
+		return 0, rowsInfo{}, err
 	}
 	same, err := w.sameImages(ctx, t, src)
 	if err != nil {
-		return 0, false, err
+		return 0, rowsInfo{}, err
 	}
 	image := func(side string) string {
 		if same {
@@ -253,7 +254,7 @@ func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, rena
 SELECT op, %s, %s, _cdc_seq, _cdc_ord, _commit_ts, lsn, tx_id, kafka_topic, kafka_partition, row_number() OVER () AS kafka_offset
 FROM %s WHERE %s`, rowsTable(t.id), image("before"), image("after"), src, where))
 	if err != nil {
-		return 0, false, err
+		return 0, rowsInfo{}, err
 	}
 	// (The rules tell changes apart by partition and offset; a lake that
 	// spans a reset Kafka log holds two events at one offset, so the
@@ -269,8 +270,11 @@ FROM %s WHERE %s`, rowsTable(t.id), image("before"), image("after"), src, where)
 		keyOnly = "op = 'd' AND " + strings.Join(nonKey, " AND ")
 	}
 	var n, ko int
-	err = w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*), count(*) FILTER (%s) FROM %s", keyOnly, rowsTable(t.id))).Scan(&n, &ko)
-	return n, ko > 0, err
+	var info rowsInfo
+	err = w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*), count(*) FILTER (%s), count(*) FILTER (op = 't') FROM %s", keyOnly, rowsTable(t.id))).
+		Scan(&n, &ko, &info.truncates)
+	info.keyOnly = ko > 0
+	return n, info, err
 }
 
 // sameImages reports whether the images of a lake relation have the

@@ -111,7 +111,7 @@ func (w *Warehouse) rulesFor(t *change.Table) []rule {
 // lakeflow.quarantine once with every rule it failed; one that failed a
 // quarantine rule is held back from silver (applySQL). A fail rule stops
 // the batch.
-func (w *Warehouse) applyRules(ctx context.Context, order []*table) (quarantined, warned int, err error) {
+func (w *Warehouse) applyRules(ctx context.Context, order []*table, rows map[*table]rowsInfo) (quarantined, warned int, err error) {
 	touched := map[*table]bool{}
 	var judged []*table
 	for _, t := range order {
@@ -170,13 +170,7 @@ func (w *Warehouse) applyRules(ctx context.Context, order []*table) (quarantined
 				continue
 			}
 			u := w.tables[r.References.Table.String()]
-			truncates := 0
-			if touched[u] {
-				if truncates, err = w.truncates(ctx, u); err != nil {
-					return err
-				}
-			}
-			if err := add(referenceSQL(t, u, r.Rule, touched[u], truncates > 0)); err != nil {
+			if err := add(referenceSQL(t, u, r.Rule, touched[u], rows[u].truncates > 0)); err != nil {
 				return fmt.Errorf("check rule %s: %w", r.Name, err)
 			}
 		}
