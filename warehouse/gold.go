@@ -397,8 +397,17 @@ func (w *Warehouse) touchOnce(ctx context.Context, m *mart, t *table, answers ma
 }
 
 // refreshMart recomputes the mart's pending partitions (all of it, for a
-// full mart) from silver.
+// full mart) from silver and records that it did.
 func (w *Warehouse) refreshMart(ctx context.Context, m *mart) error {
+	if err := w.recompute(ctx, m); err != nil {
+		return err
+	}
+	return w.markRefreshed(ctx, []*mart{m})
+}
+
+// recompute recomputes the mart's pending partitions (all of it, for a
+// full mart) from silver.
+func (w *Warehouse) recompute(ctx context.Context, m *mart) error {
 	t0 := time.Now()
 	defer func() { w.log.Debug("gold mart refreshed", "mart", m.Name, "took", time.Since(t0)) }()
 	var stmts []string
@@ -417,9 +426,6 @@ func (w *Warehouse) refreshMart(ctx context.Context, m *mart) error {
 			fmt.Sprintf("INSERT INTO %s SELECT * FROM (%s) WHERE %s IN (SELECT grain FROM lakeflow_refresh)", m.table(), m.SQL, ident(m.Grain)),
 		}
 	}
-	stmts = append(stmts,
-		"DELETE FROM lakeflow.gold_pending WHERE mart = "+literal(m.Name),
-		fmt.Sprintf("UPDATE lakeflow.gold_marts SET refreshed_at = now(), refreshed_batch = %d WHERE mart = %s", w.batch+1, literal(m.Name)))
 	if err := w.exec(ctx, stmts); err != nil {
 		return fmt.Errorf("refresh gold.%s (%s): %w", m.Name, m.File, err)
 	}
@@ -532,12 +538,32 @@ func (w *Warehouse) refreshGold(ctx context.Context, tables []*table, now time.T
 		case !touched:
 			continue
 		}
-		if err := w.refreshMart(ctx, m); err != nil {
+		if err := w.recompute(ctx, m); err != nil {
 			return nil, err
 		}
 		refreshed = append(refreshed, m)
 	}
+	if len(refreshed) > 0 {
+		if err := w.markRefreshed(ctx, refreshed); err != nil {
+			return nil, err
+		}
+	}
 	return refreshed, nil
+}
+
+// markRefreshed clears the pending partitions of the marts and records
+// when they were refreshed, for all of them at once (two statements per
+// mart and batch cost more).
+func (w *Warehouse) markRefreshed(ctx context.Context, marts []*mart) error {
+	names := make([]string, len(marts))
+	for i, m := range marts {
+		names[i] = literal(m.Name)
+	}
+	in := strings.Join(names, ", ")
+	return w.exec(ctx, []string{
+		fmt.Sprintf("DELETE FROM lakeflow.gold_pending WHERE mart IN (%s)", in),
+		fmt.Sprintf("UPDATE lakeflow.gold_marts SET refreshed_at = now(), refreshed_batch = %d WHERE mart IN (%s)", w.batch+1, in),
+	})
 }
 
 // RefreshDue refreshes, each in its own transaction, the marts refreshed
