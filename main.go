@@ -28,6 +28,10 @@ const (
 	exitConfig      = 2
 	exitEnvironment = 3
 	exitCheck       = 4
+	// lakeflow check: the first part that failed.
+	exitCheckContracts = 5
+	exitCheckCatalog   = 6
+	exitCheckData      = 7
 )
 
 func main() {
@@ -44,7 +48,7 @@ func newApp() *cli.App {
 		Name:           "lakeflow",
 		Usage:          "PostgreSQL WAL → Kafka → Parquet lake + DuckDB warehouse, in one process",
 		Flags:          commonFlags(),
-		Commands:       []*cli.Command{runCommand(), contractsCommand(), backfillCommand(), asofCommand(), catalogCommand()},
+		Commands:       []*cli.Command{runCommand(), contractsCommand(), backfillCommand(), asofCommand(), catalogCommand(), checkCommand()},
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError:   usageError,
 		CommandNotFound: func(_ *cli.Context, name string) {
@@ -135,6 +139,12 @@ func exitCode(err error) int {
 		return exitEnvironment
 	case errors.Is(err, fault.ErrSchemaBreak), errors.Is(err, fault.ErrCheckFailed):
 		return exitCheck
+	case errors.Is(err, errCheckContracts):
+		return exitCheckContracts
+	case errors.Is(err, errCheckCatalog):
+		return exitCheckCatalog
+	case errors.Is(err, errCheckData):
+		return exitCheckData
 	}
 	var usage interface{ ExitCode() int }
 	if errors.As(err, &usage) {

@@ -71,7 +71,33 @@ type Contract struct {
 	Key     []string
 	Columns []Column
 	Rules   []Rule
+	// Checks are population checks: lakeflow check runs them over the
+	// whole warehouse and lake, not per change.
+	Checks []Check
 }
+
+// Check is a population check: a query over silver, history, gold, the
+// lake (lake.<table>) and lakeflow.quarantine whose rows are the
+// violations, each named by its key column if it has one.
+type Check struct {
+	// Name is the table's name dotted with the check's.
+	Name        string
+	SQL         string
+	Severity    Severity
+	Description string
+	line        int
+}
+
+// Severity is how much a failed population check matters.
+type Severity string
+
+// The severities.
+const (
+	// Error fails lakeflow check.
+	Error Severity = "error"
+	// Warning is reported; lakeflow check still passes.
+	Warning Severity = "warning"
+)
 
 // Column is a column the contract declares.
 type Column struct {
@@ -125,6 +151,14 @@ type file struct {
 	Key           []string     `toml:"key"`
 	Columns       []columnFile `toml:"columns"`
 	Rules         []ruleFile   `toml:"rules"`
+	Checks        []checkFile  `toml:"checks"`
+}
+
+type checkFile struct {
+	Name        string `toml:"name"`
+	SQL         string `toml:"sql"`
+	Severity    string `toml:"severity"`
+	Description string `toml:"description"`
 }
 
 type columnFile struct {
@@ -260,6 +294,31 @@ func loadFile(path string, ck *checker) (*Contract, error) {
 		}
 		rules[r.Name] = true
 		c.Rules = append(c.Rules, r)
+	}
+	for i, cf := range f.Checks {
+		line := lines.block("checks", i)
+		ch := Check{Name: c.Table.Name + "." + cf.Name, SQL: strings.TrimSpace(cf.SQL), Severity: Severity(cf.Severity), Description: cf.Description, line: line}
+		switch {
+		case cf.Name == "" || strings.ContainsAny(cf.Name, ". \""):
+			problems = append(problems, bad(line, "check name %q: want a word like total_matches_items (it is prefixed with the table's name)", cf.Name))
+			continue
+		case rules[ch.Name]:
+			problems = append(problems, bad(line, "%s is declared twice", ch.Name))
+			continue
+		case ch.SQL == "":
+			problems = append(problems, bad(line, "check %s: sql is missing: a SELECT whose rows are the violations", ch.Name))
+			continue
+		}
+		switch ch.Severity {
+		case "":
+			ch.Severity = Error
+		case Error, Warning:
+		default:
+			problems = append(problems, bad(line, "check %s: severity %q: want error or warning", ch.Name, cf.Severity))
+			continue
+		}
+		rules[ch.Name] = true
+		c.Checks = append(c.Checks, ch)
 	}
 	for _, col := range c.Columns {
 		// A column declared NOT NULL is a rule too (a key column cannot

@@ -3,9 +3,11 @@ package contracts
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/config"
 )
 
@@ -14,6 +16,19 @@ type Draft struct {
 	Table   config.Table
 	Key     []string
 	Columns []Column
+}
+
+// Schema is the draft's table as lakeflow types it.
+func (d Draft) Schema() (*change.Table, error) {
+	t := &change.Table{Schema: d.Table.Schema, Name: d.Table.Name}
+	for _, c := range d.Columns {
+		typ, err := ParseType(c.Type, c.Base)
+		if err != nil {
+			return nil, fmt.Errorf("%s column %s: %v", d.Table, c.Name, err)
+		}
+		t.Columns = append(t.Columns, change.Column{Name: c.Name, Type: typ, Key: slices.Contains(d.Key, c.Name)})
+	}
+	return t, nil
 }
 
 // FileName is where a table's contract lives in contracts.dir.

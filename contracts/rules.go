@@ -53,6 +53,12 @@ func (ck *checker) checkRules(c *Contract) error {
 			problems = append(problems, fmt.Errorf("%s:%d: rule %s: %v", c.File, r.line, r.Name, err))
 		}
 	}
+	for _, ch := range c.Checks {
+		// Bound when it runs (it reads other tables); parsed here.
+		if err := parses(db, ch.SQL); err != nil {
+			problems = append(problems, fmt.Errorf("%s:%d: check %s: %v", c.File, ch.line, ch.Name, err))
+		}
+	}
 	return errors.Join(problems...)
 }
 
@@ -64,6 +70,29 @@ func RowSQL(c *Contract) string {
 		cols[i] = fmt.Sprintf("CAST(NULL AS %s) AS %s", col.parsed.DuckDB(), quoteIdent(col.Name))
 	}
 	return "SELECT " + strings.Join(cols, ", ")
+}
+
+// parses says whether query is one SELECT DuckDB can parse.
+func parses(db *sql.DB, query string) error {
+	var raw string
+	if err := db.QueryRow("SELECT json_serialize_sql(?::VARCHAR)::VARCHAR", query).Scan(&raw); err != nil {
+		return err
+	}
+	var tree struct {
+		Error      bool   `json:"error"`
+		Message    string `json:"error_message"`
+		Statements []any  `json:"statements"`
+	}
+	if err := json.Unmarshal([]byte(raw), &tree); err != nil {
+		return err
+	}
+	switch {
+	case tree.Error:
+		return errors.New(tree.Message)
+	case len(tree.Statements) != 1:
+		return fmt.Errorf("want one SELECT, got %d statements", len(tree.Statements))
+	}
+	return nil
 }
 
 func checkExpression(db *sql.DB, row, check string, fns functions) error {

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -133,6 +134,31 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 			t.Errorf("the lineage graph does not name %s:\n%s", name, graph)
 		}
 	}
+	// lakeflow check: the catalog just derived names no owner for the
+	// marts and lakeflow's tables (exit 6, the report as JSON); a broken
+	// contract fails the contracts part (exit 5).
+	cmd = exec.Command(bin, "--config", file, "check", "--only", "catalog", "--json")
+	out, _ = cmd.Output()
+	var report struct {
+		Findings []struct {
+			Check   string `json:"check"`
+			Dataset string `json:"dataset"`
+		} `json:"findings"`
+		Passed map[string]int `json:"passed"`
+	}
+	if cmd.ProcessState.ExitCode() != 6 || json.Unmarshal(out, &report) != nil || report.Passed == nil ||
+		len(report.Findings) == 0 || report.Findings[0].Check != "catalog.owner_missing" {
+		t.Fatalf("lakeflow check --only catalog --json: exit %d\n%s", cmd.ProcessState.ExitCode(), out)
+	}
+	if err := os.WriteFile(filepath.Join(cfg.Contracts.Dir, "broken.toml"), []byte("table = \"public.orders\"\nowner = 3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd = exec.Command(bin, "--config", file, "check", "--only", "contracts")
+	out, _ = cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != 5 || !strings.Contains(string(out), "broken.toml:2") {
+		t.Fatalf("lakeflow check with a broken contract: exit %d\n%s", cmd.ProcessState.ExitCode(), out)
+	}
+	os.Remove(filepath.Join(cfg.Contracts.Dir, "broken.toml"))
 	// The run stopped its PostgreSQL; start it again to compare.
 	cl, err := postgres.StartCluster(context.Background(), postgres.ClusterConfig{Dir: cfg.Source.Embedded.Dir, Port: pgPort}, quietLog())
 	if err != nil {

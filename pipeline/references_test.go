@@ -72,7 +72,7 @@ func TestReferenceChainsHoldBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data = append(data, "\n[[rules]]\nname = \"order_exists\"\nreferences = \"public.orders\"\non = { order_id = \"id\" }\n"...)
+	data = append(data, "\n[[rules]]\nname = \"order_known\"\nreferences = \"public.orders\"\non = { order_id = \"id\" }\n"...)
 	if err := os.WriteFile(p, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestReferenceChainsHoldBack(t *testing.T) {
 	if o := orphans(t, h); o != "" {
 		t.Fatalf("live rows whose reference is held back: %s", o)
 	}
-	if got := strings.Join(quarantined(t, h), "\n"); !strings.Contains(got, "order_items.order_exists") {
+	if got := strings.Join(quarantined(t, h), "\n"); !strings.Contains(got, "order_items.order_known") {
 		t.Fatalf("the item is not quarantined:\n%s", got)
 	}
 }

@@ -89,3 +89,54 @@ func (w *Warehouse) SearchPath(ctx context.Context, schemas ...string) error {
 	_, err := w.conn.ExecContext(ctx, "SET search_path = "+literal(strings.Join(schemas, ",")))
 	return err
 }
+
+// QueryRow runs a query of one row into dst.
+func (w *Warehouse) QueryRow(ctx context.Context, q string, dst ...any) error {
+	return w.conn.QueryRowContext(ctx, q).Scan(dst...)
+}
+
+// LakeViews creates, in schema lake, a view of each table's lake events
+// up to b (lake.orders: op, before, after, _cdc_seq, …), named as the
+// catalog names them.
+func (w *Warehouse) LakeViews(ctx context.Context, b Bound) error {
+	stmts := []string{"CREATE SCHEMA IF NOT EXISTS lake"}
+	for _, t := range w.tables {
+		parts, err := w.parts(lakeDir(t.schema))
+		if err != nil {
+			return err
+		}
+		var files []string
+		for _, p := range parts {
+			if b.admits(p) {
+				files = append(files, w.lake.Abs(p.Path))
+			}
+		}
+		if len(files) == 0 {
+			continue
+		}
+		stmts = append(stmts, fmt.Sprintf("CREATE OR REPLACE VIEW lake.%s AS SELECT * FROM read_parquet(%s, union_by_name = true) WHERE _cdc_seq <= %d",
+			ident(lakeDir(t.schema)), sqlList(files), uint64(b.Seq)))
+	}
+	return w.exec(ctx, stmts)
+}
+
+// Violations runs a check's query and returns how many rows it gives
+// and up to n of them as JSON objects.
+func (w *Warehouse) Violations(ctx context.Context, query string, n int) (int64, []string, error) {
+	rows, err := w.conn.QueryContext(ctx, fmt.Sprintf("SELECT count(*) OVER (), to_json(v)::VARCHAR FROM (%s\n) v LIMIT %d",
+		strings.TrimRight(strings.TrimSpace(query), ";"), n))
+	if err != nil {
+		return 0, nil, err
+	}
+	defer rows.Close()
+	var total int64
+	var out []string
+	for rows.Next() {
+		var row string
+		if err := rows.Scan(&total, &row); err != nil {
+			return 0, nil, err
+		}
+		out = append(out, row)
+	}
+	return total, out, rows.Err()
+}

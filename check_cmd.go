@@ -1,0 +1,105 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/lakeflow/lakeflow/pipeline"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/warehouse"
+)
+
+// The failures of lakeflow check, one exit code each (exitCode).
+var (
+	errCheckContracts = errors.New("contract check failed")
+	errCheckCatalog   = errors.New("catalog check failed")
+	errCheckData      = errors.New("data check failed")
+)
+
+var checkFailures = map[string]error{
+	pipeline.PartContracts: errCheckContracts,
+	pipeline.PartCatalog:   errCheckCatalog,
+	pipeline.PartData:      errCheckData,
+}
+
+func checkCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "check",
+		Usage: "contracts against the live source, the catalog against what exists, and population checks over the data; writes nothing",
+		Flags: append(commonFlags(),
+			&cli.StringFlag{Name: "only", Usage: "run one part: contracts, catalog or data"},
+			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
+		),
+		OnUsageError: usageError,
+		Action: func(c *cli.Context) error {
+			only := c.String("only")
+			if only != "" && !slices.Contains(pipeline.CheckParts, only) {
+				return fmt.Errorf("%w: --only %q: want %s", fault.ErrConfig, only, strings.Join(pipeline.CheckParts, ", "))
+			}
+			if c.NArg() > 0 {
+				return fmt.Errorf("%w: check takes no arguments (got %q)", fault.ErrConfig, c.Args().First())
+			}
+			cfg, log, err := setupQuiet(c)
+			if err != nil {
+				return err
+			}
+			report, err := pipeline.Check(c.Context, cfg, only, log)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(report); err != nil {
+					return err
+				}
+			} else if err := printReport(report); err != nil {
+				return err
+			}
+			if part := report.Failed(); part != "" {
+				return fmt.Errorf("%w: see the errors above", checkFailures[part])
+			}
+			return nil
+		},
+	}
+}
+
+// printReport prints the findings as a table, errors first, then a
+// summary line.
+func printReport(r *pipeline.CheckReport) error {
+	errs, warns, passed := 0, 0, 0
+	for _, n := range r.Passed {
+		passed += n
+	}
+	if len(r.Findings) > 0 {
+		res := warehouse.Result{Columns: []string{"severity", "part", "check", "dataset", "count", "what", "fix"}}
+		for _, f := range r.Findings {
+			if f.Severity == "error" {
+				errs++
+			} else {
+				warns++
+			}
+			what := f.Message
+			if len(f.Examples) > 0 {
+				what += "; e.g. " + strings.Join(f.Examples, ", ")
+			}
+			vals := []string{f.Severity, f.Part, f.Check, f.Dataset, fmt.Sprint(f.Count), what, f.Fix}
+			row := make([]*string, len(vals))
+			for i := range vals {
+				row[i] = &vals[i]
+			}
+			res.Rows = append(res.Rows, row)
+		}
+		if err := printResult(os.Stdout, res, "text"); err != nil {
+			return err
+		}
+	}
+	_, err := fmt.Fprintf(os.Stdout, "%d checks passed, %d failed, %d warnings (%.1f s)\n", passed, errs, warns, r.Seconds)
+	return err
+}
