@@ -77,8 +77,8 @@ func edit(t *testing.T, path, old, new string) {
 // seeded problem fails it, in its own part: a contract with a bad rule,
 // a catalog entry for a dataset that does not exist, a documented schema
 // that drifted, orphan order lines, an order whose total is not its
-// lines', an illegal status transition, and a column dropped at the
-// source behind lakeflow's back.
+// lines', an illegal status transition, a day with a tenth of the usual
+// orders, and a column dropped at the source behind lakeflow's back.
 func TestCheckFindsEachKindOfProblem(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, qualified(demoTables)...)
@@ -140,6 +140,10 @@ func TestCheckFindsEachKindOfProblem(t *testing.T) {
 			{`INSERT INTO order_items VALUES (987654, 1, 1, 2, 100)`},
 			{`UPDATE orders SET total_cents = total_cents + 1 WHERE id = (SELECT min(order_id) FROM order_items)`},
 			{`UPDATE orders SET status = 'pending' WHERE id = (SELECT min(id) FROM orders WHERE status = 'delivered')`},
+			// 30 orders a day for two weeks, then 3 yesterday.
+			{`INSERT INTO orders (id, customer_id, status, total_cents, currency, created_at)
+				SELECT 800000 + 100 * d + k, 1, 'pending', 100, 'EUR', ((((now() AT TIME ZONE 'UTC')::date - d) + time '12:00') AT TIME ZONE 'UTC')
+				FROM generate_series(1, 15) d, generate_series(1, 30) k WHERE d > 1 OR k <= 3`},
 		})
 	}})
 	r = check(t, h, "")
@@ -147,6 +151,7 @@ func TestCheckFindsEachKindOfProblem(t *testing.T) {
 		"order_items.order_exists":        "987654/1",
 		"orders.total_matches_items":      " ≠ ",
 		"orders.status_transitions_legal": "delivered → pending",
+		"orders.daily_volume":             " orders, usually ",
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := finding(t, r, name, PartData)

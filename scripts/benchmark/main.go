@@ -50,11 +50,16 @@ type Result struct {
 	// AsOf is lakeflow asof over the same lake: one table as of the end
 	// and as of an early position (a tenth into the load's WAL), and the
 	// whole warehouse as of the end (--out).
-	AsOf            map[string]AsOfResult `json:"asof"`
-	CPUs            int                   `json:"cpus"`
-	GoVersion       string                `json:"go_version"`
-	PostgresVersion string                `json:"postgres_version"`
-	When            string                `json:"when"`
+	AsOf map[string]AsOfResult `json:"asof"`
+	// Check is lakeflow check (every part) beside the same lake and
+	// source: its wall time, the faster of two, and its exit code (the
+	// benchmark's data has no catalog: 6).
+	CheckSeconds    float64 `json:"check_seconds"`
+	CheckExit       int     `json:"check_exit_code"`
+	CPUs            int     `json:"cpus"`
+	GoVersion       string  `json:"go_version"`
+	PostgresVersion string  `json:"postgres_version"`
+	When            string  `json:"when"`
 }
 
 // BackfillResult measures lakeflow backfill --all (the faster of two).
@@ -257,6 +262,18 @@ func run(events int, out string, keep bool) error {
 			}
 		}
 	}
+	for i := range 2 {
+		step("lakeflow check (%d of 2)", i+1)
+		t0 := time.Now()
+		cmd := exec.Command(bin, "--config", cfgFiles[len(cfgFiles)-1], "check")
+		out, err := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); err != nil && (code < 5 || code > 7) {
+			return fmt.Errorf("lakeflow check: %v\n%s", err, out)
+		}
+		if secs := time.Since(t0).Seconds(); res.CheckSeconds == 0 || secs < res.CheckSeconds {
+			res.CheckSeconds, res.CheckExit = secs, cmd.ProcessState.ExitCode()
+		}
+	}
 	line := func(name string, r RunResult) {
 		fmt.Printf("  %-22s %.2f s  = %.0f events/s  (%.0f%% of pg_recvlogical; %d lake files, %d quarantined)\n"+
 			"  %-22s peak RSS %.0f MiB, CPU %.1f s (%.1f µs per event); stage %.2f s, decode %.2f s, lake %.2f s, rules %.2f s, history %.2f s, merge %.2f s, gold %.2f s, commit %.2f s\n",
@@ -278,6 +295,7 @@ func run(events int, out string, keep bool) error {
 		a := res.AsOf[q.name]
 		fmt.Printf("  asof %-22s %.2f s  (%d events from %d lake files, %.1f MB read)\n", q.what+":", a.Seconds, a.Events, a.Files, float64(a.Bytes)/1e6)
 	}
+	fmt.Printf("  check:                 %.2f s  (contracts vs the live source, catalog, population checks; exit %d)\n", res.CheckSeconds, res.CheckExit)
 	data, _ := json.MarshalIndent(res, "", "  ")
 	if keep {
 		fmt.Fprintln(os.Stderr, "working directory kept:", work)
