@@ -74,17 +74,6 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(cfg.Lake.Dir); err != nil {
-		return nil, fmt.Errorf("%w: no lake at %s (lake.dir): run lakeflow run first", fault.ErrConfig, cfg.Lake.Dir)
-	}
-	set, err := loadContracts(cfg, log)
-	if err != nil {
-		return nil, err
-	}
-	lk, err := lake.Open(cfg.Lake.Dir)
-	if err != nil {
-		return nil, err
-	}
 	path := ""
 	if opts.Out != "" {
 		if _, err := os.Stat(opts.Out); err == nil {
@@ -97,7 +86,7 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 			}
 		}
 	}
-	wh, err := warehouse.OpenView(ctx, path, cfg.Warehouse.MemoryLimit, lk, log, warehouse.View{History: true})
+	wh, set, err := lakeView(ctx, cfg, path, warehouse.View{History: true}, log)
 	if err != nil {
 		return nil, err
 	}
@@ -373,20 +362,31 @@ func (a *AsOf) resolve(ctx context.Context, p position, ls warehouse.LakeState) 
 	return nil
 }
 
+// lakeView opens a warehouse that reads the lake (in memory, or at
+// path) and never writes it, with the contracts.
+func lakeView(ctx context.Context, cfg *config.Config, path string, v warehouse.View, log *slog.Logger) (*warehouse.Warehouse, contracts.Set, error) {
+	if _, err := os.Stat(cfg.Lake.Dir); err != nil {
+		return nil, nil, fmt.Errorf("%w: no lake at %s (lake.dir): run lakeflow run first", fault.ErrConfig, cfg.Lake.Dir)
+	}
+	set, err := loadContracts(cfg, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	lk, err := lake.Open(cfg.Lake.Dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	wh, err := warehouse.OpenView(ctx, path, cfg.Warehouse.MemoryLimit, lk, log, v)
+	return wh, set, err
+}
+
 // quoteIdent quotes a SQL identifier (DuckDB and PostgreSQL alike).
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 // AsOfBatches lists the last n positions the pipeline recorded (its
 // consistent batches), newest first, from the lake's files.
 func AsOfBatches(ctx context.Context, cfg *config.Config, n int, log *slog.Logger) ([]warehouse.BatchPosition, error) {
-	if _, err := os.Stat(cfg.Lake.Dir); err != nil {
-		return nil, fmt.Errorf("%w: no lake at %s (lake.dir): run lakeflow run first", fault.ErrConfig, cfg.Lake.Dir)
-	}
-	lk, err := lake.Open(cfg.Lake.Dir)
-	if err != nil {
-		return nil, err
-	}
-	wh, err := warehouse.OpenView(ctx, "", cfg.Warehouse.MemoryLimit, lk, log, warehouse.View{})
+	wh, _, err := lakeView(ctx, cfg, "", warehouse.View{}, log)
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/kafka"
-	"github.com/lakeflow/lakeflow/pipeline/lake"
 	"github.com/lakeflow/lakeflow/warehouse"
 )
 
@@ -39,18 +38,7 @@ var operations = map[string][2]string{
 // creates them. It reads the lake only (its newest files) and runs beside
 // lakeflow run.
 func DeriveCatalog(ctx context.Context, cfg *config.Config, log *slog.Logger) (catalog.Catalog, error) {
-	if _, err := os.Stat(cfg.Lake.Dir); err != nil {
-		return nil, fmt.Errorf("%w: no lake at %s (lake.dir): run lakeflow run first", fault.ErrConfig, cfg.Lake.Dir)
-	}
-	set, err := loadContracts(cfg, log)
-	if err != nil {
-		return nil, err
-	}
-	lk, err := lake.Open(cfg.Lake.Dir)
-	if err != nil {
-		return nil, err
-	}
-	wh, err := warehouse.OpenView(ctx, "", cfg.Warehouse.MemoryLimit, lk, log, warehouse.View{History: true})
+	wh, set, err := lakeView(ctx, cfg, "", warehouse.View{History: true}, log)
 	if err != nil {
 		return nil, err
 	}

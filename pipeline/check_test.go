@@ -15,23 +15,7 @@ import (
 // useDemoCatalog copies the catalog the project ships into the
 // harness's catalog.dir.
 func useDemoCatalog(t *testing.T, h *harness) {
-	t.Helper()
-	files, err := filepath.Glob("../catalog/*.toml")
-	if err != nil || len(files) < 20 {
-		t.Fatalf("demo catalog: %v %v", files, err)
-	}
-	if err := os.MkdirAll(h.cfg.Catalog.Dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(h.cfg.Catalog.Dir, filepath.Base(f)), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	copyFiles(t, "../catalog/*.toml", h.cfg.Catalog.Dir, 20)
 }
 
 // check runs lakeflow check and returns its report.

@@ -16,12 +16,17 @@ import (
 // useDemoContracts copies the contracts the project ships into the
 // harness's contracts.dir.
 func useDemoContracts(t *testing.T, h *harness) {
+	copyFiles(t, "../contracts/*.toml", h.cfg.Contracts.Dir, 5)
+}
+
+// copyFiles copies the files glob matches (at least n) into dir.
+func copyFiles(t *testing.T, glob, dir string, n int) {
 	t.Helper()
-	files, err := filepath.Glob("../contracts/*.toml")
-	if err != nil || len(files) != 5 {
-		t.Fatalf("demo contracts: %v %v", files, err)
+	files, err := filepath.Glob(glob)
+	if err != nil || len(files) < n {
+		t.Fatalf("%s: %v %v", glob, files, err)
 	}
-	if err := os.MkdirAll(h.cfg.Contracts.Dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range files {
@@ -29,7 +34,7 @@ func useDemoContracts(t *testing.T, h *harness) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(h.cfg.Contracts.Dir, filepath.Base(f)), data, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
