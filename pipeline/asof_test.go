@@ -241,12 +241,15 @@ func assertAsOfPositions(t *testing.T, ctx context.Context, h *harness, moments 
 
 // TestAsOfBesideARunningPipeline: lakeflow asof reads the lake while
 // lakeflow run --follow writes it, and neither waits for nor disturbs
-// the other (asof leaves the run's staged files alone).
+// the other (asof leaves the run's staged files alone); the scheduled
+// data checks do the same and land in lakeflow.checks.
 func TestAsOfBesideARunningPipeline(t *testing.T) {
 	h := newHarness(t, qualified(demoTables)...)
 	if err := demo.Setup(context.Background(), h.dsn); err != nil {
 		t.Fatal(err)
 	}
+	// The data checks run on a schedule beside the pipeline too.
+	h.cfg.Check.Interval = 300 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -272,12 +275,20 @@ func TestAsOfBesideARunningPipeline(t *testing.T) {
 		a.Close()
 		built++
 	}
+	time.Sleep(time.Second) // a scheduled check or more, recorded
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("the run beside asof: %v", err)
 	}
 	if built < 5 {
 		t.Fatalf("asof answered %d times while the pipeline ran, want 5", built)
+	}
+	db := openDuck(t, h.cfg.Warehouse.Path)
+	defer db.Close()
+	var runs int
+	queryRow(t, db, "SELECT count(DISTINCT checked_at) FROM lakeflow.checks WHERE part = 'data' AND \"check\" = 'passed'", &runs)
+	if runs == 0 {
+		t.Error("no scheduled check was recorded in lakeflow.checks")
 	}
 }
 

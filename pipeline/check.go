@@ -16,6 +16,7 @@ import (
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/postgres"
+	"github.com/lakeflow/lakeflow/warehouse"
 )
 
 // The parts of lakeflow check, in the order they run.
@@ -215,18 +216,29 @@ func (r *CheckReport) checkCatalog(ctx context.Context, cfg *config.Config, log 
 }
 
 // checkData runs the population checks over the warehouse as of the
-// lake's end: every existence rule over the whole table, every check the
-// contracts declare, and each table's freshness against its SLA.
+// lake's end: each table's column drift, every existence rule over the
+// whole table, every check the contracts declare, and each table's
+// freshness against its SLA.
 func (r *CheckReport) checkData(ctx context.Context, cfg *config.Config, set contracts.Set, view *AsOf) error {
 	if err := view.LakeViews(ctx, view.Bound); err != nil {
 		return err
+	}
+	schemas := view.Schemas()
+	var all []string
+	for id := range schemas {
+		all = append(all, id)
+	}
+	slices.Sort(all)
+	for _, id := range all {
+		if err := r.drift(ctx, view, schemas[id]); err != nil {
+			return err
+		}
 	}
 	var ids []string
 	for id := range set {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	schemas := view.Schemas()
 	for _, id := range ids {
 		c := set[id]
 		t := schemas[id]
@@ -326,3 +338,60 @@ func (r *CheckReport) freshness(ctx context.Context, view *AsOf, c *contracts.Co
 
 // oneLine folds a multi-line message onto one line.
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// checkRun is one scheduled run of the data checks.
+type checkRun struct {
+	at     time.Time
+	report *CheckReport
+}
+
+// scheduleChecks runs the data part of lakeflow check every interval,
+// beside the pipeline (it reads the lake, not the warehouse), until ctx
+// ends, and hands each report over; a run that fails is logged.
+func scheduleChecks(ctx context.Context, cfg *config.Config, log *slog.Logger) <-chan checkRun {
+	out := make(chan checkRun, 1)
+	go func() {
+		t := time.NewTicker(cfg.Check.Interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case at := <-t.C:
+				r, err := Check(ctx, cfg, PartData, log)
+				if err != nil {
+					if ctx.Err() == nil {
+						log.Warn("scheduled check failed", "err", err)
+					}
+					continue
+				}
+				select {
+				case out <- checkRun{at: at, report: r}:
+				default: // the last one is not recorded yet: skip this one
+				}
+			}
+		}
+	}()
+	return out
+}
+
+// recordChecks records the scheduled checks' results that arrived.
+func (c *consumer) recordChecks(ctx context.Context) error {
+	select {
+	case run := <-c.checks:
+		var rows []warehouse.CheckResult
+		for _, f := range run.report.Findings {
+			rows = append(rows, warehouse.CheckResult{Part: f.Part, Check: f.Check, Severity: f.Severity, Dataset: f.Dataset,
+				Count: f.Count, Examples: f.Examples, Message: f.Message})
+		}
+		for part, n := range run.report.Passed {
+			rows = append(rows, warehouse.CheckResult{Part: part, Check: "passed", Severity: "ok", Count: int64(n)})
+		}
+		if failed := run.report.Failed(); failed != "" {
+			c.log.Warn("scheduled check failed", "part", failed, "findings", len(run.report.Findings))
+		}
+		return c.wh.RecordChecks(ctx, run.at, rows)
+	default:
+		return nil
+	}
+}

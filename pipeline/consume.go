@@ -57,6 +57,9 @@ type consumer struct {
 	// confirms the slot no further.
 	applied atomic.Uint64
 	stats   consumerStats
+	// checks delivers the results of scheduled checks (lakeflow.checks),
+	// recorded while idle; nil when none are scheduled.
+	checks <-chan checkRun
 }
 
 // mark is a received watermark with the bounds it sets.
@@ -108,6 +111,13 @@ func (c *consumer) run(ctx context.Context) error {
 		}
 		if target != nil && len(c.pending) == 0 && len(c.marks) == 0 && reached(c.seen, target) {
 			return c.wh.RefreshDue(ctx, true)
+		}
+		// Between batches: the scheduled checks' results that arrived.
+		if err := c.recordChecks(ctx); err != nil {
+			if ctx.Err() != nil {
+				return c.finish(ctx.Err())
+			}
+			return err
 		}
 		// New tables show up in the schema topic, and gold marts
 		// refreshed at an interval come due: look while idle.

@@ -140,3 +140,56 @@ func (w *Warehouse) Violations(ctx context.Context, query string, n int) (int64,
 	}
 	return total, out, rows.Err()
 }
+
+// QueryRows runs a query whose columns after the first are counts, and
+// returns them per row (the first column, a label, as 0).
+func (w *Warehouse) QueryRows(ctx context.Context, q string) ([][]int64, error) {
+	rows, err := w.conn.QueryContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, err
+	}
+	var out [][]int64
+	for rows.Next() {
+		vals := make([]int64, len(cols))
+		ptrs := make([]any, len(cols))
+		var label any
+		ptrs[0] = &label
+		for i := 1; i < len(cols); i++ {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, err
+		}
+		out = append(out, vals)
+	}
+	return out, rows.Err()
+}
+
+// CheckResult is one result of lakeflow check, as lakeflow.checks keeps
+// it: a check that failed (error or warning), or, with Check "passed",
+// how many checks of a part passed.
+type CheckResult struct {
+	Part, Check, Severity, Dataset string
+	Count                          int64
+	Examples                       []string
+	Message                        string
+}
+
+// RecordChecks adds the results of one run of the checks to
+// lakeflow.checks, in one transaction.
+func (w *Warehouse) RecordChecks(ctx context.Context, at time.Time, results []CheckResult) error {
+	return w.inTx(ctx, func(ctx context.Context) error {
+		for _, r := range results {
+			if _, err := w.conn.ExecContext(ctx, "INSERT INTO lakeflow.checks VALUES (?, ?, ?, ?, ?, ?, "+sqlList(r.Examples)+"::VARCHAR[], ?)",
+				at, r.Part, r.Check, r.Severity, r.Dataset, r.Count, r.Message); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

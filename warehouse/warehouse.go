@@ -127,6 +127,16 @@ CREATE TABLE IF NOT EXISTS lakeflow.schema_history (
 	recorded_at  TIMESTAMPTZ NOT NULL,
 	PRIMARY KEY (source_table, since_seq, since_ord)
 );
+CREATE TABLE IF NOT EXISTS lakeflow.checks (
+	checked_at TIMESTAMPTZ NOT NULL,
+	part       VARCHAR NOT NULL,
+	"check"    VARCHAR NOT NULL,
+	severity   VARCHAR NOT NULL,
+	dataset    VARCHAR,
+	count      BIGINT NOT NULL,
+	examples   VARCHAR[],
+	message    VARCHAR
+);
 CREATE TABLE IF NOT EXISTS lakeflow.source_state (
 	id         INTEGER PRIMARY KEY,
 	state      JSON NOT NULL,

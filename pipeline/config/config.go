@@ -29,6 +29,7 @@ type Config struct {
 	Pipeline  Pipeline
 	Contracts Contracts
 	Catalog   Catalog
+	Check     Check
 	Gold      Gold
 }
 
@@ -59,6 +60,12 @@ type Contracts struct {
 // Catalog locates the dataset catalog (one TOML file per dataset).
 type Catalog struct {
 	Dir string
+}
+
+// Check says how often lakeflow run --follow runs lakeflow check's data
+// part and records the results in lakeflow.checks (0: never).
+type Check struct {
+	Interval time.Duration
 }
 
 // Source describes the PostgreSQL database lakeflow captures.

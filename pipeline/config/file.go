@@ -23,7 +23,12 @@ type file struct {
 	Pipeline  pipelineFile  `toml:"pipeline"`
 	Contracts contractsFile `toml:"contracts"`
 	Catalog   catalogFile   `toml:"catalog"`
+	Check     checkFile     `toml:"check"`
 	Gold      goldFile      `toml:"gold"`
+}
+
+type checkFile struct {
+	Interval string `toml:"interval"`
 }
 
 type catalogFile struct {
@@ -276,6 +281,9 @@ func (f file) resolve(base string) (*Config, []string) {
 	}
 	if p.BatchEvents < 1 {
 		bad("pipeline.batch_events", "%d must be at least 1", p.BatchEvents)
+	}
+	if v := strings.TrimSpace(f.Check.Interval); v != "" && v != "off" {
+		c.Check.Interval = duration("check.interval", v)
 	}
 	return c, problems
 }
