@@ -374,24 +374,30 @@ func (w *Warehouse) touch(ctx context.Context, m *mart, t, rel string) error {
 
 // touchOnce is touch over the batch's changed rows of t, with the
 // answers of the same touched by SQL of t kept in answers.
-func (w *Warehouse) touchOnce(ctx context.Context, m *mart, t *table, answers map[string]string) error {
+func (w *Warehouse) touchOnce(ctx context.Context, m *mart, t *table, answers map[string]string) (string, error) {
 	q := t.schema.Name + "\x00" + m.Touched[t.schema.Name]
-	tmp, ok := answers[q]
-	if !ok {
-		tmp = fmt.Sprintf("lakeflow_touched_%d", len(answers))
-		if err := w.changedView(ctx, changedTable(t.id)); err != nil {
-			return err
-		}
-		// Distinct values first, as the SELECT gives them: text for every
-		// row, or a NOT NULL filter DuckDB pushes down (computing an
-		// expression like created_at::DATE twice per row), costs more.
-		_, err := w.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT DISTINCT g FROM (%s) AS touched(g)",
-			tmp, m.Touched[t.schema.Name]))
-		if err != nil {
-			return fmt.Errorf("%s:%d: %w", m.File, m.TouchedLine[t.schema.Name], err)
-		}
-		answers[q] = tmp
+	if tmp, ok := answers[q]; ok {
+		return tmp, nil
 	}
+	tmp := fmt.Sprintf("lakeflow_touched_%d", len(answers))
+	if err := w.changedView(ctx, changedTable(t.id)); err != nil {
+		return "", err
+	}
+	// Distinct values first, as the SELECT gives them: text for every
+	// row, or a NOT NULL filter DuckDB pushes down (computing an
+	// expression like created_at::DATE twice per row), costs more.
+	_, err := w.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT DISTINCT g FROM (%s) AS touched(g)",
+		tmp, m.Touched[t.schema.Name]))
+	if err != nil {
+		return "", fmt.Errorf("%s:%d: %w", m.File, m.TouchedLine[t.schema.Name], err)
+	}
+	answers[q] = tmp
+	return tmp, nil
+}
+
+// pend keeps the touched values of tmp (a touchOnce answer) in
+// lakeflow.gold_pending until the mart is refreshed.
+func (w *Warehouse) pend(ctx context.Context, m *mart, tmp string) error {
 	_, err := w.conn.ExecContext(ctx, fmt.Sprintf("INSERT INTO lakeflow.gold_pending SELECT %s, g::VARCHAR FROM %s WHERE g IS NOT NULL", literal(m.Name), tmp))
 	return err
 }
@@ -399,16 +405,21 @@ func (w *Warehouse) touchOnce(ctx context.Context, m *mart, t *table, answers ma
 // refreshMart recomputes the mart's pending partitions (all of it, for a
 // full mart) from silver and records that it did.
 func (w *Warehouse) refreshMart(ctx context.Context, m *mart) error {
-	if err := w.recompute(ctx, m); err != nil {
+	if err := w.recompute(ctx, m, nil); err != nil {
 		return err
 	}
 	return w.markRefreshed(ctx, []*mart{m})
 }
 
-// recompute recomputes the mart's pending partitions (all of it, for a
-// full mart) from silver.
-func (w *Warehouse) recompute(ctx context.Context, m *mart) error {
+// recompute recomputes the mart's pending partitions and those the
+// touched tables (touchOnce answers) hold (all of it, for a full mart)
+// from silver.
+func (w *Warehouse) recompute(ctx context.Context, m *mart, touched []string) error {
 	t0 := time.Now()
+	fresh := ""
+	for _, tmp := range touched {
+		fresh += " UNION ALL SELECT g::VARCHAR FROM " + tmp + " WHERE g IS NOT NULL"
+	}
 	defer func() { w.log.Debug("gold mart refreshed", "mart", m.Name, "took", time.Since(t0)) }()
 	var stmts []string
 	if m.Grain == gold.Full {
@@ -418,8 +429,8 @@ func (w *Warehouse) recompute(ctx context.Context, m *mart) error {
 		}
 	} else {
 		stmts = []string{
-			fmt.Sprintf("CREATE OR REPLACE TEMP TABLE lakeflow_refresh AS SELECT DISTINCT grain::%s AS grain FROM lakeflow.gold_pending WHERE mart = %s",
-				m.grainType, literal(m.Name)),
+			fmt.Sprintf("CREATE OR REPLACE TEMP TABLE lakeflow_refresh AS SELECT DISTINCT grain::%s AS grain FROM (SELECT grain FROM lakeflow.gold_pending WHERE mart = %s%s)",
+				m.grainType, literal(m.Name), fresh),
 			fmt.Sprintf("DELETE FROM %s WHERE %s IN (SELECT grain FROM lakeflow_refresh)", m.table(), ident(m.Grain)),
 			// The SELECT reads lakeflow_refresh for speed; this filter
 			// keeps a refresh to its partitions whatever the SELECT does.
@@ -514,15 +525,27 @@ func (w *Warehouse) refreshGold(ctx context.Context, tables []*table, now time.T
 			continue
 		}
 		touched := false
+		// A mart refreshed with this batch takes its touched values
+		// straight from the batch's answers; the others keep them in
+		// lakeflow.gold_pending until they are due.
+		withBatch := m.refresh == (config.Refresh{})
+		var fresh []string
 		for _, t := range tables {
 			if !slices.Contains(m.reads, t.schema.Name) {
 				continue
 			}
 			touched = true
-			if m.Grain == gold.Full {
+			switch {
+			case m.Grain == gold.Full && withBatch:
+			case m.Grain == gold.Full:
 				_, err = w.conn.ExecContext(ctx, "INSERT INTO lakeflow.gold_pending VALUES (?, 'true')", m.Name)
-			} else {
-				err = w.touchOnce(ctx, m, t, answers)
+			default:
+				var tmp string
+				if tmp, err = w.touchOnce(ctx, m, t, answers); err == nil && withBatch {
+					fresh = append(fresh, tmp)
+				} else if err == nil {
+					err = w.pend(ctx, m, tmp)
+				}
 			}
 			if err != nil {
 				return nil, err
@@ -538,7 +561,7 @@ func (w *Warehouse) refreshGold(ctx context.Context, tables []*table, now time.T
 		case !touched:
 			continue
 		}
-		if err := w.recompute(ctx, m); err != nil {
+		if err := w.recompute(ctx, m, fresh); err != nil {
 			return nil, err
 		}
 		refreshed = append(refreshed, m)
