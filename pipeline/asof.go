@@ -79,7 +79,7 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 		if _, err := os.Stat(opts.Out); err == nil {
 			return nil, fmt.Errorf("%w: --out %s exists: remove it or name a new file", fault.ErrConfig, opts.Out)
 		}
-		path = opts.Out + ".tmp"
+		path = fmt.Sprintf("%s.%d.tmp", opts.Out, os.Getpid())
 		for _, p := range []string{path, path + ".wal"} {
 			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return nil, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
@@ -174,8 +174,11 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 		if err := wh.Close(); err != nil {
 			return fail(err)
 		}
-		if err := os.Rename(path, opts.Out); err != nil {
-			return nil, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
+		// A link, not a rename: a file made at --out meanwhile stays.
+		err := os.Link(path, opts.Out)
+		os.Remove(path)
+		if err != nil {
+			return nil, fmt.Errorf("%w: write --out %s: %v", fault.ErrEnvironment, opts.Out, err)
 		}
 		a.Warehouse = nil
 	}
@@ -365,14 +368,11 @@ func (a *AsOf) resolve(ctx context.Context, p position, ls warehouse.LakeState) 
 // lakeView opens a warehouse that reads the lake (in memory, or at
 // path) and never writes it, with the contracts.
 func lakeView(ctx context.Context, cfg *config.Config, path string, v warehouse.View, log *slog.Logger) (*warehouse.Warehouse, contracts.Set, error) {
-	if _, err := os.Stat(cfg.Lake.Dir); err != nil {
-		return nil, nil, fmt.Errorf("%w: no lake at %s (lake.dir): run lakeflow run first", fault.ErrConfig, cfg.Lake.Dir)
-	}
-	set, err := loadContracts(cfg, log)
+	lk, err := lake.OpenExisting(cfg.Lake.Dir)
 	if err != nil {
 		return nil, nil, err
 	}
-	lk, err := lake.Open(cfg.Lake.Dir)
+	set, err := loadContracts(cfg, log)
 	if err != nil {
 		return nil, nil, err
 	}

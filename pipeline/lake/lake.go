@@ -38,6 +38,16 @@ func Open(dir string) (*Lake, error) {
 	return &Lake{dir: dir, sync: syncPath}, nil
 }
 
+// OpenExisting opens a lake directory to read it only: nothing is
+// created (lakeflow asof and check run beside the pipeline, and may read
+// a lake they cannot write).
+func OpenExisting(dir string) (*Lake, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("%w: no lake at %s (lake.dir): run lakeflow run first", fault.ErrConfig, dir)
+	}
+	return &Lake{dir: dir, sync: syncPath}, nil
+}
+
 // File is one lake file of a batch.
 type File struct {
 	Path    string // final path, relative to the lake root
