@@ -173,6 +173,9 @@ type rowsInfo struct {
 	keyOnly bool
 	// truncates counts the truncates of the table.
 	truncates int
+	// empty says silver holds no row of the table yet (a replay's first
+	// chunk): its newest changes are inserted, with nothing to merge.
+	empty bool
 }
 
 // applyRows applies the decoded rows of the batch's tables (order): the
@@ -202,7 +205,7 @@ func (w *Warehouse) applyRows(ctx context.Context, order []*table, rows map[*tab
 		if slices.Contains(golden, t) {
 			latest = newestTable(t.id)
 		}
-		for _, stmt := range applySQL(t.schema, t.id, keyOnly, latest) {
+		for _, stmt := range applySQL(t.schema, t.id, keyOnly, latest, rows[t].empty) {
 			if _, err := w.conn.ExecContext(ctx, stmt); err != nil {
 				return fmt.Errorf("apply %s batch: %w", t.schema.ID(), err)
 			}

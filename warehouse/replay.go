@@ -119,6 +119,12 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 					return fmt.Errorf("read the lake of %s: %w", t.schema.ID(), err)
 				}
 				if n > 0 {
+					if lo == 0 {
+						err = w.conn.QueryRowContext(ctx, "SELECT count(*) = 0 FROM silver."+ident(t.schema.Name)).Scan(&info.empty)
+						if err != nil {
+							return err
+						}
+					}
 					touched = append(touched, t)
 					rows[t] = info
 					st.Events += n
