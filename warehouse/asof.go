@@ -76,7 +76,7 @@ func (w *Warehouse) Query(ctx context.Context, q string, asJSON bool) (Result, e
 			return res, err
 		}
 		if asJSON {
-			res.JSON = append(res.JSON, *vals[0])
+			res.JSON = append(res.JSON, finiteJSON(*vals[0]))
 			continue
 		}
 		res.Rows = append(res.Rows, vals)
@@ -192,4 +192,43 @@ func (w *Warehouse) RecordChecks(ctx context.Context, at time.Time, results []Ch
 		}
 		return nil
 	})
+}
+
+// finiteJSON makes DuckDB's JSON text valid JSON: the non-finite floats
+// it writes bare (NaN, Infinity, -Infinity) become null.
+func finiteJSON(s string) string {
+	if !strings.Contains(s, "NaN") && !strings.Contains(s, "Infinity") {
+		return s
+	}
+	var b strings.Builder
+	inString := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !inString {
+			if tok := nonFinite(s[i:]); tok != "" {
+				b.WriteString("null")
+				i += len(tok) - 1
+				continue
+			}
+		}
+		b.WriteByte(c)
+		switch {
+		case c == '"':
+			inString = !inString
+		case c == '\\' && inString && i+1 < len(s):
+			i++
+			b.WriteByte(s[i])
+		}
+	}
+	return b.String()
+}
+
+// nonFinite is the non-finite float token s starts with, or "".
+func nonFinite(s string) string {
+	for _, tok := range []string{"-Infinity", "Infinity", "NaN"} {
+		if strings.HasPrefix(s, tok) {
+			return tok
+		}
+	}
+	return ""
 }

@@ -613,3 +613,15 @@ func TestContractThatDoesNotFitTheSourceIsRefused(t *testing.T) {
 		t.Fatalf("want the contract refused, naming file and rule; got %v", err)
 	}
 }
+
+func TestFiniteJSON(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"x":NaN,"y":-Infinity,"l":[1.0,Infinity]}`: `{"x":null,"y":null,"l":[1.0,null]}`,
+		`{"s":"NaN and \"Infinity\"","n":NaN}`:       `{"s":"NaN and \"Infinity\"","n":null}`,
+		`{"plain":1}`:                                `{"plain":1}`,
+	} {
+		if got := finiteJSON(in); got != want {
+			t.Errorf("finiteJSON(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
