@@ -50,13 +50,16 @@ func Backfill(ctx context.Context, cfg *config.Config, opts BackfillOptions, log
 		return st, fmt.Errorf("%w (lakeflow backfill does not run beside lakeflow run: stop it first)", err)
 	}
 	defer unlock()
+	if err := ensureLive(cfg, log); err != nil {
+		return st, err
+	}
 	if !opts.All {
 		return backfillRange(ctx, cfg, opts, log)
 	}
 	t0 := time.Now()
 	out := opts.Out
 	if out == "" {
-		out = cfg.Warehouse.Path + ".rebuild"
+		out = cfg.Warehouse.Live + ".rebuild"
 	}
 	st.Path = out
 	for _, p := range []string{out, out + ".wal"} {
@@ -72,15 +75,36 @@ func Backfill(ctx context.Context, cfg *config.Config, opts BackfillOptions, log
 		return st, nil
 	}
 	// The old warehouse is closed (checkpointed, no WAL): the rebuilt
-	// file takes its name in one rename.
-	if err := os.Remove(cfg.Warehouse.Path + ".wal"); err != nil && !errors.Is(err, os.ErrNotExist) {
+	// file takes its name in one rename, and is published.
+	live := cfg.Warehouse.Live
+	if err := os.Remove(live + ".wal"); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return st, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
 	}
-	if err := os.Rename(out, cfg.Warehouse.Path); err != nil {
-		return st, fmt.Errorf("%w: replace %s: %v", fault.ErrEnvironment, cfg.Warehouse.Path, err)
+	if err := os.Rename(out, live); err != nil {
+		return st, fmt.Errorf("%w: replace %s: %v", fault.ErrEnvironment, live, err)
+	}
+	if err := lake.Sync(filepath.Dir(live)); err != nil {
+		return st, err
 	}
 	st.Path = cfg.Warehouse.Path
-	return st, lake.Sync(filepath.Dir(cfg.Warehouse.Path))
+	return st, publishLive(ctx, cfg, log)
+}
+
+// publishLive publishes the live warehouse to warehouse.path.
+func publishLive(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	lk, err := lake.Open(cfg.Lake.Dir)
+	if err != nil {
+		return err
+	}
+	wh, err := openLive(ctx, cfg, lk, log)
+	if err != nil {
+		return err
+	}
+	if _, err := wh.Publish(ctx, cfg.Warehouse.Path); err != nil {
+		wh.Close()
+		return err
+	}
+	return wh.Close()
 }
 
 // rebuild builds the warehouse at path from the lake: the old
@@ -184,16 +208,16 @@ func rebuild(ctx context.Context, cfg *config.Config, path string, st *BackfillS
 // missing or does not open (lost, corrupt): the lake alone is then the
 // source. One that another process holds is an error.
 func openOld(ctx context.Context, cfg *config.Config, lk *lake.Lake, log *slog.Logger) (*warehouse.Warehouse, error) {
-	if _, err := os.Stat(cfg.Warehouse.Path); errors.Is(err, os.ErrNotExist) {
-		log.Info("no warehouse to take the pipeline's state from: rebuilding from the lake alone", "warehouse", cfg.Warehouse.Path)
+	if _, err := os.Stat(cfg.Warehouse.Live); errors.Is(err, os.ErrNotExist) {
+		log.Info("no warehouse to take the pipeline's state from: rebuilding from the lake alone", "warehouse", cfg.Warehouse.Live)
 		return nil, nil
 	}
-	old, err := warehouse.Open(ctx, cfg.Warehouse, lk, log)
+	old, err := openLive(ctx, cfg, lk, log)
 	if errors.Is(err, warehouse.ErrHeld) {
 		return nil, err
 	}
 	if err != nil {
-		log.Warn("the warehouse does not open: rebuilding from the lake alone", "warehouse", cfg.Warehouse.Path, "err", err)
+		log.Warn("the warehouse does not open: rebuilding from the lake alone", "warehouse", cfg.Warehouse.Live, "err", err)
 		return nil, nil
 	}
 	return old, nil
@@ -208,7 +232,7 @@ func backfillRange(ctx context.Context, cfg *config.Config, opts BackfillOptions
 	t0 := time.Now()
 	shadow := ""
 	if opts.Mart == "" {
-		shadow = cfg.Warehouse.Path + ".shadow"
+		shadow = cfg.Warehouse.Live + ".shadow"
 		for _, p := range []string{shadow, shadow + ".wal"} {
 			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return st, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
@@ -227,7 +251,7 @@ func backfillRange(ctx context.Context, cfg *config.Config, opts BackfillOptions
 	if err != nil {
 		return st, err
 	}
-	wh, err := warehouse.Open(ctx, cfg.Warehouse, lk, log)
+	wh, err := openLive(ctx, cfg, lk, log)
 	if err != nil {
 		return st, err
 	}
@@ -240,6 +264,9 @@ func backfillRange(ctx context.Context, cfg *config.Config, opts BackfillOptions
 	}
 	sl, err := wh.ReplaceSlice(ctx, shadow, opts.From, opts.To, opts.Mart)
 	if err != nil {
+		return st, err
+	}
+	if _, err := wh.Publish(ctx, cfg.Warehouse.Path); err != nil {
 		return st, err
 	}
 	log.Info("backfill of days done", "from", opts.From.Format(time.DateOnly), "to", opts.To.Format(time.DateOnly),

@@ -60,6 +60,8 @@ type consumer struct {
 	// checks delivers the results of scheduled checks (lakeflow.checks),
 	// recorded while idle; nil when none are scheduled.
 	checks <-chan checkRun
+	// pub publishes the warehouse between batches (nil: never).
+	pub *publisher
 }
 
 // mark is a received watermark with the bounds it sets.
@@ -112,8 +114,13 @@ func (c *consumer) run(ctx context.Context) error {
 		if target != nil && len(c.pending) == 0 && len(c.marks) == 0 && reached(c.seen, target) {
 			return c.wh.RefreshDue(ctx, true)
 		}
-		// Between batches: the scheduled checks' results that arrived.
-		if err := c.recordChecks(ctx); err != nil {
+		// Between batches: the scheduled checks' results that arrived,
+		// and the published copy when it is due.
+		err := c.recordChecks(ctx)
+		if err == nil {
+			err = c.pub.due(ctx)
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return c.finish(ctx.Err())
 			}

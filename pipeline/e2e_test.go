@@ -58,6 +58,7 @@ func TestEndToEnd(t *testing.T) {
 	// A second consumer from offset 0 into a fresh warehouse and lake.
 	fresh := *h.cfg
 	fresh.Warehouse.Path = filepath.Join(h.dir, "rebuild", "warehouse.duckdb")
+	fresh.Warehouse.Live = filepath.Join(h.dir, "rebuild", "live.duckdb")
 	fresh.Lake.Dir = filepath.Join(h.dir, "rebuild", "lake")
 	if err := Run(ctx, &fresh, Options{}, h.log); err != nil {
 		t.Fatal(err)

@@ -64,11 +64,15 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	if err != nil {
 		return err
 	}
-	wh, err := warehouse.Open(ctx, cfg.Warehouse, lk, log)
+	if err := ensureLive(cfg, log); err != nil {
+		return err
+	}
+	wh, err := openLive(ctx, cfg, lk, log)
 	if err != nil {
 		return err
 	}
 	defer wh.Close()
+	pub := &publisher{wh: wh, path: cfg.Warehouse.Path, interval: cfg.Warehouse.PublishInterval, log: log}
 	if err := wh.SetContracts(ctx, set); err != nil {
 		return err
 	}
@@ -105,6 +109,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	if opts.Follow && cfg.Check.Interval > 0 {
 		c.checks = scheduleChecks(ctx, cfg, log)
 	}
+	c.pub = pub
 	applied, err := wh.AppliedEnd(ctx)
 	if err != nil {
 		return err
@@ -146,14 +151,24 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	err = g.Wait()
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		log.Info("stopped")
-		return nil
+		return pub.final(ctx)
 	}
 	if err != nil {
 		return err
 	}
+	if err := pub.final(ctx); err != nil {
+		return err
+	}
 	log.Info("run complete", "events", c.stats.events.Load(), "batches", c.stats.batches.Load(),
-		"lake_files", c.stats.files.Load(), "warehouse", wh.Path())
+		"lake_files", c.stats.files.Load(), "warehouse", cfg.Warehouse.Path)
 	return nil
+}
+
+// openLive opens the live warehouse (warehouse.live_path).
+func openLive(ctx context.Context, cfg *config.Config, lk *lake.Lake, log *slog.Logger) (*warehouse.Warehouse, error) {
+	wcfg := cfg.Warehouse
+	wcfg.Path = wcfg.Live
+	return warehouse.Open(ctx, wcfg, lk, log)
 }
 
 // environment is what Run started for the configuration.

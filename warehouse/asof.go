@@ -2,6 +2,7 @@ package warehouse
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -49,16 +50,21 @@ type Result struct {
 // Query runs a read-only query and returns its result as text (or JSON
 // rows), in the query's order.
 func (w *Warehouse) Query(ctx context.Context, q string, asJSON bool) (Result, error) {
+	if _, err := w.conn.ExecContext(ctx, "SET preserve_insertion_order = true"); err != nil {
+		return Result{}, err
+	}
+	return query(ctx, w.conn, q, asJSON)
+}
+
+// query runs q on conn and returns its result as text (or JSON rows).
+func query(ctx context.Context, conn *sql.Conn, q string, asJSON bool) (Result, error) {
 	var res Result
 	q = strings.TrimRight(strings.TrimSpace(q), "; \t\n")
-	if _, err := w.conn.ExecContext(ctx, "SET preserve_insertion_order = true"); err != nil {
-		return res, err
-	}
 	wrapped := fmt.Sprintf("SELECT COLUMNS(*)::VARCHAR FROM (%s\n)", q)
 	if asJSON {
 		wrapped = fmt.Sprintf("SELECT to_json(lakeflow_row)::VARCHAR FROM (%s\n) AS lakeflow_row", q)
 	}
-	rows, err := w.conn.QueryContext(ctx, wrapped)
+	rows, err := conn.QueryContext(ctx, wrapped)
 	if err != nil {
 		return res, err
 	}

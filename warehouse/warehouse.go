@@ -39,8 +39,10 @@ type Warehouse struct {
 	// floor is the source position of the last consistent batch: every
 	// event at or before it is in the lake and in silver.
 	floor change.LSN
-	// batch is the number of the last committed batch.
-	batch int64
+	// batch is the number of the last committed batch; published, the
+	// last one Publish copied (-1: none yet).
+	batch     int64
+	published int64
 	// midTransaction says the last batch did not end at a watermark: the
 	// next may hold the rest of a source transaction.
 	midTransaction bool
@@ -185,7 +187,7 @@ func open(ctx context.Context, cfg config.Warehouse, lk *lake.Lake, log *slog.Lo
 		db.Close()
 		return nil, openError(path, err)
 	}
-	w := &Warehouse{path: path, db: db, conn: conn, lake: lk, log: log, view: view,
+	w := &Warehouse{path: path, db: db, conn: conn, lake: lk, log: log, view: view, published: -1,
 		tables: map[string]*table{}, byTopic: map[string]*table{},
 		lakeHigh: map[string]map[int32]int64{}, known: map[*table]bool{}}
 	if err := w.init(ctx, cfg.MemoryLimit); err != nil {

@@ -110,7 +110,17 @@ type Lake struct {
 
 // Warehouse is the DuckDB file.
 type Warehouse struct {
+	// Path is the warehouse users open: while a pipeline runs, a
+	// transaction-consistent copy of Live it publishes every
+	// PublishInterval (replaced atomically); when none runs, all of it.
 	Path string
+	// Live is the warehouse lakeflow writes, private to the process that
+	// holds data_dir (DuckDB lets no other process open a file one writes).
+	Live string
+	// PublishInterval is how often a running pipeline publishes Path (at
+	// least four times as long as publishing takes, so it never costs more
+	// than a fifth of the pipeline's time).
+	PublishInterval time.Duration
 	// MemoryLimit caps DuckDB's memory; it spills beyond it.
 	MemoryLimit int64
 }

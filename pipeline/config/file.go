@@ -68,8 +68,10 @@ type lakeFile struct {
 }
 
 type warehouseFile struct {
-	Path        string `toml:"path"`
-	MemoryLimit string `toml:"memory_limit"`
+	Path            string `toml:"path"`
+	LivePath        string `toml:"live_path"`
+	PublishInterval string `toml:"publish_interval"`
+	MemoryLimit     string `toml:"memory_limit"`
 }
 
 type pipelineFile struct {
@@ -104,7 +106,7 @@ func defaults() file {
 			Retention:      "168h",
 			RetentionBytes: "1GiB",
 		},
-		Warehouse: warehouseFile{MemoryLimit: "1GiB"},
+		Warehouse: warehouseFile{MemoryLimit: "1GiB", PublishInterval: "5s"},
 		Contracts: contractsFile{Dir: "contracts"},
 		Catalog:   catalogFile{Dir: "catalog"},
 		Pipeline: pipelineFile{
@@ -249,6 +251,14 @@ func (f file) resolve(base string) (*Config, []string) {
 	if f.Warehouse.Path != "" {
 		c.Warehouse.Path = abs("warehouse.path", f.Warehouse.Path)
 	}
+	c.Warehouse.Live = filepath.Join(c.DataDir, "live.duckdb")
+	if f.Warehouse.LivePath != "" {
+		c.Warehouse.Live = abs("warehouse.live_path", f.Warehouse.LivePath)
+	}
+	if c.Warehouse.Live == c.Warehouse.Path {
+		bad("warehouse.live_path", "is warehouse.path: the warehouse lakeflow writes and the one it publishes are two files")
+	}
+	c.Warehouse.PublishInterval = duration("warehouse.publish_interval", f.Warehouse.PublishInterval)
 	c.Warehouse.MemoryLimit = size("warehouse.memory_limit", f.Warehouse.MemoryLimit)
 
 	c.Contracts.Dir = abs("contracts.dir", f.Contracts.Dir)

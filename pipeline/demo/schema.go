@@ -107,9 +107,14 @@ The demo is in:
   warehouse  %s
   lake       %s
 
-Query the warehouse with any DuckDB client, for example:
-  duckdb %s "SELECT status, count(*), sum(total_cents) FROM silver.orders WHERE NOT _deleted GROUP BY ALL ORDER BY 2 DESC"
-or the lake directly:
+Query it (also while lakeflow run --follow runs):
+  lakeflow sql "SELECT status, count(*), sum(total_cents) FROM silver.orders WHERE NOT _deleted GROUP BY ALL ORDER BY 2 DESC"
+or with any DuckDB client:
+  duckdb -readonly %s "SELECT * FROM gold.daily_revenue ORDER BY order_date DESC LIMIT 7"
+the lake directly:
   duckdb -c "SELECT op, count(*) FROM read_parquet('%s') GROUP BY op"
+or the data as it was at any point of the log, and what is wrong with it:
+  lakeflow asof --list
+  lakeflow check
 `, cfg.Warehouse.Path, cfg.Lake.Dir, cfg.Warehouse.Path, filepath.Join(cfg.Lake.Dir, "orders", "*", "*.parquet"))
 }

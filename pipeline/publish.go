@@ -1,0 +1,96 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/pipeline/lake"
+	"github.com/lakeflow/lakeflow/warehouse"
+)
+
+// ensureLive makes sure the live warehouse exists where one exists at
+// all: a data directory of a lakeflow that wrote warehouse.path itself,
+// or whose live file is lost, goes on from the published one (a
+// consistent warehouse; what the lake holds beyond it is recognised).
+func ensureLive(cfg *config.Config, log *slog.Logger) error {
+	w := cfg.Warehouse
+	if _, err := os.Stat(w.Live); err == nil || !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	src, err := os.Open(w.Path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // a new warehouse
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
+	}
+	defer src.Close()
+	log.Info("the live warehouse starts from warehouse.path", "live", w.Live, "from", w.Path)
+	tmp := w.Live + ".copying"
+	dst, err := os.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
+	}
+	_, err = io.Copy(dst, src)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = lake.Sync(tmp)
+	}
+	if err == nil {
+		err = os.Rename(tmp, w.Live)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("%w: copy %s to %s: %v", fault.ErrEnvironment, w.Path, w.Live, err)
+	}
+	return nil
+}
+
+// publisher publishes the live warehouse to warehouse.path between
+// batches, every publish_interval, or four times as long as publishing
+// took (so it never takes more than a fifth of the pipeline's time).
+type publisher struct {
+	wh       *warehouse.Warehouse
+	path     string
+	interval time.Duration
+	next     time.Time
+	log      *slog.Logger
+}
+
+// due publishes if the interval has passed and batches were committed
+// since the last copy, the last of them consistent (a copy holds no
+// transaction in part).
+func (p *publisher) due(ctx context.Context) error {
+	if p == nil || time.Now().Before(p.next) || !p.wh.Unpublished() || !p.wh.Consistent() {
+		return nil
+	}
+	return p.publish(ctx)
+}
+
+func (p *publisher) publish(ctx context.Context) error {
+	took, err := p.wh.Publish(ctx, p.path)
+	if err != nil {
+		return err
+	}
+	p.next = time.Now().Add(max(p.interval, 4*took))
+	p.log.Debug("warehouse published", "path", p.path, "took", took.Round(time.Millisecond))
+	return nil
+}
+
+// final publishes what the last copy lacks: when no pipeline runs,
+// warehouse.path is all of the warehouse.
+func (p *publisher) final(ctx context.Context) error {
+	if !p.wh.Unpublished() {
+		return nil
+	}
+	return p.publish(context.WithoutCancel(ctx))
+}

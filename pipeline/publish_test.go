@@ -1,0 +1,92 @@
+package pipeline
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lakeflow/lakeflow/pipeline/demo"
+)
+
+// TestPublishedWarehouseWhileRunning: while lakeflow run --follow
+// ingests a steady workload, other processes open warehouse.path
+// read-only — one holds it open for seconds, another (lakeflow sql)
+// opens it again and again — without a lock error, each sees one
+// committed batch whole (every order's total is its lines'), and newer
+// ones as they are published; the pipeline keeps going.
+func TestPublishedWarehouseWhileRunning(t *testing.T) {
+	h := newHarnessWith(t, "\n[warehouse]\npublish_interval = \"300ms\"", qualified(demoTables)...)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := demo.Setup(ctx, h.dsn); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, h, "run", "--follow")
+	defer p.kill(t)
+	load := make(chan error, 1)
+	go func() {
+		_, err := demo.Workload{Events: 1_000_000, Seed: 71, Clean: true}.Run(ctx, h.dsn)
+		if errors.Is(err, context.Canceled) {
+			err = nil
+		}
+		load <- err
+	}()
+	p.waitBatches(t, 2)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(h.cfg.Warehouse.Path); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatal("nothing published in a minute")
+		}
+	}
+	// A reader that holds the published file open throughout.
+	held, err := sql.Open("duckdb", h.cfg.Warehouse.Path+"?access_mode=READ_ONLY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	held.SetMaxOpenConns(1)
+	const torn = `SELECT count(*) FROM (SELECT o.id FROM silver.orders o JOIN silver.order_items i ON i.order_id = o.id AND NOT i._deleted
+		WHERE NOT o._deleted GROUP BY o.id, o.total_cents HAVING o.total_cents <> sum(i.quantity * i.unit_price_cents))`
+	var heldBatch, bad int
+	queryRow(t, held, "SELECT batch FROM lakeflow.published", &heldBatch)
+	// lakeflow sql, its own process, opening the newest copy each time.
+	var batches []int
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(300 * time.Millisecond) {
+		out, err := exec.Command(lakeflowBinary(t), "--config", h.file, "sql", "--format", "csv",
+			"SELECT (SELECT batch FROM lakeflow.published), ("+torn+")").CombinedOutput()
+		if err != nil {
+			t.Fatalf("lakeflow sql while the pipeline runs: %v\n%s", err, out)
+		}
+		fields := strings.Split(strings.Split(strings.TrimSpace(string(out)), "\n")[1], ",")
+		b, _ := strconv.Atoi(fields[0])
+		if fields[1] != "0" {
+			t.Fatalf("published batch %d holds orders whose total is not their lines': %s", b, fields[1])
+		}
+		batches = append(batches, b)
+	}
+	queryRow(t, held, torn, &bad)
+	var still int
+	queryRow(t, held, "SELECT batch FROM lakeflow.published", &still)
+	if bad != 0 || still != heldBatch {
+		t.Errorf("the held copy changed under its reader (batch %d → %d) or is torn (%d)", heldBatch, still, bad)
+	}
+	if len(batches) < 5 || batches[len(batches)-1] <= batches[0] {
+		t.Errorf("published batches seen by lakeflow sql %v: want newer ones over five seconds", batches)
+	}
+	for i := 1; i < len(batches); i++ {
+		if batches[i] < batches[i-1] {
+			t.Errorf("published batches went back: %v", batches)
+		}
+	}
+	cancel()
+	if err := <-load; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,69 @@
+package warehouse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/pipeline/lake"
+)
+
+// Publishing: the live warehouse is private to the process that writes
+// it (DuckDB lets no other process open a file one writes, not even to
+// read), so users query a copy at warehouse.path, made between batches
+// and renamed into place: a reader keeps the copy it opened, a new one
+// gets the newest, and neither waits for the pipeline.
+
+// Publish copies the warehouse, as of its last committed batch, to path,
+// atomically, with lakeflow.published saying which batch and source
+// position the copy holds; it returns how long that took.
+func (w *Warehouse) Publish(ctx context.Context, path string) (time.Duration, error) {
+	t0 := time.Now()
+	tmp := fmt.Sprintf("%s.%d.publishing", path, os.Getpid())
+	for _, p := range []string{tmp, tmp + ".wal"} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return 0, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
+		}
+	}
+	var db string
+	if err := w.conn.QueryRowContext(ctx, "SELECT current_database()").Scan(&db); err != nil {
+		return 0, err
+	}
+	stmts := []string{
+		"ATTACH " + literal(tmp) + " AS lakeflow_publish",
+		fmt.Sprintf("COPY FROM DATABASE %s TO lakeflow_publish", ident(db)),
+		fmt.Sprintf(`CREATE TABLE lakeflow_publish.lakeflow.published AS
+			SELECT %d AS batch, (SELECT max(lsn) FILTER (consistent) FROM lakeflow.batches) AS _cdc_seq,
+			(SELECT arg_max(commit_ts, batch) FILTER (consistent) FROM lakeflow.batches) AS commit_ts, now() AS published_at`, w.batch),
+	}
+	err := w.exec(ctx, stmts)
+	if _, derr := w.conn.ExecContext(context.WithoutCancel(ctx), "DETACH DATABASE IF EXISTS lakeflow_publish"); err == nil {
+		err = derr
+	}
+	if err == nil {
+		err = lake.Sync(tmp)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = lake.Sync(filepath.Dir(path))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return 0, fmt.Errorf("publish %s: %w", path, err)
+	}
+	w.published = w.batch
+	return time.Since(t0), nil
+}
+
+// Unpublished says batches committed since the last Publish.
+func (w *Warehouse) Unpublished() bool { return w.published != w.batch }
+
+// Consistent says the last batch ended at a watermark: silver is the
+// source as of one position, with no transaction in part.
+func (w *Warehouse) Consistent() bool { return !w.midTransaction }

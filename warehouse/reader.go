@@ -1,0 +1,51 @@
+package warehouse
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+)
+
+// Reader reads a published warehouse (warehouse.path), read-only, as any
+// DuckDB client would: it never waits for, or slows, the pipeline.
+type Reader struct {
+	db   *sql.DB
+	conn *sql.Conn
+}
+
+// OpenReader opens the published warehouse at path read-only, with its
+// tables found by name alone (silver, gold, lakeflow).
+func OpenReader(ctx context.Context, path string) (*Reader, error) {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: no warehouse at %s (warehouse.path): lakeflow run creates it", fault.ErrConfig, path)
+	}
+	db, err := sql.Open("duckdb", path+"?access_mode=READ_ONLY")
+	if err != nil {
+		return nil, openError(path, err)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		db.Close()
+		return nil, openError(path, err)
+	}
+	r := &Reader{db: db, conn: conn}
+	for _, stmt := range []string{"SET TimeZone = 'UTC'", "SET search_path = 'silver,gold,lakeflow,main'"} {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			r.Close()
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// Query runs a query and returns its result as text (or JSON rows).
+func (r *Reader) Query(ctx context.Context, q string, asJSON bool) (Result, error) {
+	return query(ctx, r.conn, q, asJSON)
+}
+
+// Close closes the reader.
+func (r *Reader) Close() error { return errors.Join(r.conn.Close(), r.db.Close()) }
