@@ -23,14 +23,9 @@ func OpenReader(ctx context.Context, path string) (*Reader, error) {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%w: no warehouse at %s (warehouse.path): lakeflow run creates it", fault.ErrConfig, path)
 	}
-	db, err := sql.Open("duckdb", path+"?access_mode=READ_ONLY")
+	db, conn, err := connect(ctx, path, path+"?access_mode=READ_ONLY")
 	if err != nil {
-		return nil, openError(path, err)
-	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		db.Close()
-		return nil, openError(path, err)
+		return nil, err
 	}
 	r := &Reader{db: db, conn: conn}
 	for _, stmt := range []string{"SET TimeZone = 'UTC'", "SET search_path = 'silver,gold,lakeflow,main'"} {

@@ -178,14 +178,9 @@ func open(ctx context.Context, cfg config.Warehouse, lk *lake.Lake, log *slog.Lo
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("%w: create %s: %v", fault.ErrEnvironment, filepath.Dir(path), err)
 	}
-	db, err := sql.Open("duckdb", path)
+	db, conn, err := connect(ctx, path, path)
 	if err != nil {
-		return nil, openError(path, err)
-	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		db.Close()
-		return nil, openError(path, err)
+		return nil, err
 	}
 	w := &Warehouse{path: path, db: db, conn: conn, lake: lk, log: log, view: view, published: -1,
 		tables: map[string]*table{}, byTopic: map[string]*table{},
@@ -195,6 +190,21 @@ func open(ctx context.Context, cfg config.Warehouse, lk *lake.Lake, log *slog.Lo
 		return nil, err
 	}
 	return w, nil
+}
+
+// connect opens DuckDB at dsn (path with options) and one connection,
+// the one temp tables live on.
+func connect(ctx context.Context, path, dsn string) (*sql.DB, *sql.Conn, error) {
+	db, err := sql.Open("duckdb", dsn)
+	if err != nil {
+		return nil, nil, openError(path, err)
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		db.Close()
+		return nil, nil, openError(path, err)
+	}
+	return db, conn, nil
 }
 
 // ErrHeld is the error of a warehouse another process has open.
