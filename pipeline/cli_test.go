@@ -48,6 +48,18 @@ func TestInterruptFinishesTheBatchAndExitsZero(t *testing.T) {
 	if !strings.Contains(h.logs.String(), `msg=stopped`) {
 		t.Fatal("no clean stop logged")
 	}
+	// Stopped, the published warehouse is all of it, and says how the
+	// run went.
+	db := openDuck(t, h.cfg.Warehouse.Path)
+	var reason string
+	var events, batches int64
+	queryRow(t, db, "SELECT exit_reason FROM lakeflow.runs ORDER BY started_at DESC LIMIT 1", &reason)
+	queryRow(t, db, "SELECT sum(events) FROM lakeflow.runs", &events)
+	queryRow(t, db, "SELECT (SELECT max(batch) FROM lakeflow.batches) - (SELECT batch FROM lakeflow.published)", &batches)
+	db.Close()
+	if reason != "interrupted" || events == 0 || batches != 0 {
+		t.Fatalf("lakeflow.runs: last run %q with %d events in all; published %d batches behind the last", reason, events, batches)
+	}
 	h.run(t, Options{})
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, demoTables...)
 	assertLakeExactlyOnce(t, h.cfg, demoTables...)

@@ -73,6 +73,9 @@ type mark struct {
 
 type consumerStats struct {
 	events, batches, files, quarantined, dead atomic.Int64
+	// phases sums the batches' time per phase (the consumer's goroutine
+	// alone writes it; read once it has stopped).
+	phases warehouse.BatchStats
 }
 
 func (c *consumer) wmTopic() string { return kafka.WatermarkTopic(c.kcfg.Prefix) }
@@ -395,6 +398,7 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 	c.stats.batches.Add(1)
 	c.stats.files.Add(int64(st.LakeFiles))
 	c.stats.quarantined.Add(int64(st.Quarantined))
+	c.stats.phases.Add(st)
 	if len(st.Dead) > 0 {
 		c.deadLetters(ctx, st.Dead)
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -124,6 +125,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		Contracts: set,
 	}, log)
 
+	started := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(sourceDone)
@@ -149,7 +151,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		defer stop()
 	}
 	err = g.Wait()
-	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+	interrupted := errors.Is(err, context.Canceled) && ctx.Err() != nil
+	if rerr := c.recordRun(ctx, started, opts.Follow, err, interrupted); rerr != nil {
+		log.Warn("the run was not recorded in lakeflow.runs", "err", rerr)
+	}
+	if interrupted {
 		log.Info("stopped")
 		return pub.final(ctx)
 	}
@@ -162,6 +168,22 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	log.Info("run complete", "events", c.stats.events.Load(), "batches", c.stats.batches.Load(),
 		"lake_files", c.stats.files.Load(), "warehouse", cfg.Warehouse.Path)
 	return nil
+}
+
+// recordRun appends the run to lakeflow.runs: what it did, per-phase
+// time, and how it ended.
+func (c *consumer) recordRun(ctx context.Context, started time.Time, follow bool, err error, interrupted bool) error {
+	reason := "done"
+	switch {
+	case interrupted:
+		reason = "interrupted"
+	case err != nil:
+		reason = "error: " + strings.Join(strings.Fields(err.Error()), " ")
+	}
+	s := &c.stats
+	return c.wh.RecordRun(context.WithoutCancel(ctx), warehouse.Run{Started: started, Ended: time.Now(), Follow: follow,
+		Events: s.events.Load(), Batches: s.batches.Load(), LakeFiles: s.files.Load(), Quarantined: s.quarantined.Load(), Dead: s.dead.Load(),
+		Phases: s.phases, ExitReason: reason})
 }
 
 // openLive opens the live warehouse (warehouse.live_path).

@@ -54,6 +54,18 @@ type BatchStats struct {
 	Commit              time.Duration // commit and publish
 }
 
+// Add adds b's time per phase to st's.
+func (st *BatchStats) Add(b BatchStats) {
+	st.Stage += b.Stage
+	st.Decode += b.Decode
+	st.Lake += b.Lake
+	st.Rules += b.Rules
+	st.History += b.History
+	st.Gold += b.Gold
+	st.Merge += b.Merge
+	st.Commit += b.Commit
+}
+
 // Apply applies a batch in one DuckDB transaction: it stages the records,
 // sets aside those that cannot be applied (dead letters), writes each
 // table's new events to lake files, holds back the changes that break a

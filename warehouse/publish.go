@@ -67,3 +67,23 @@ func (w *Warehouse) Unpublished() bool { return w.published != w.batch }
 // Consistent says the last batch ended at a watermark: silver is the
 // source as of one position, with no transaction in part.
 func (w *Warehouse) Consistent() bool { return !w.midTransaction }
+
+// Run is what one lakeflow run did, for lakeflow.runs.
+type Run struct {
+	Started, Ended                                time.Time
+	Follow                                        bool
+	Events, Batches, LakeFiles, Quarantined, Dead int64
+	Phases                                        BatchStats
+	ExitReason                                    string
+}
+
+// RecordRun appends a run to lakeflow.runs.
+func (w *Warehouse) RecordRun(ctx context.Context, r Run) error {
+	p := r.Phases
+	_, err := w.conn.ExecContext(ctx, `INSERT INTO lakeflow.runs VALUES (?, ?, ?, ?, ?, ?, ?, ?,
+		{'stage': ?, 'decode': ?, 'lake': ?, 'rules': ?, 'history': ?, 'merge': ?, 'gold': ?, 'commit': ?}, ?)`,
+		r.Started, r.Ended, r.Follow, r.Events, r.Batches, r.LakeFiles, r.Quarantined, r.Dead,
+		p.Stage.Seconds(), p.Decode.Seconds(), p.Lake.Seconds(), p.Rules.Seconds(), p.History.Seconds(), p.Merge.Seconds(), p.Gold.Seconds(), p.Commit.Seconds(),
+		r.ExitReason)
+	return err
+}

@@ -139,6 +139,18 @@ CREATE TABLE IF NOT EXISTS lakeflow.checks (
 	examples   VARCHAR[],
 	message    VARCHAR
 );
+CREATE TABLE IF NOT EXISTS lakeflow.runs (
+	started_at    TIMESTAMPTZ NOT NULL,
+	ended_at      TIMESTAMPTZ NOT NULL,
+	follow        BOOLEAN NOT NULL,
+	events        BIGINT NOT NULL,
+	batches       BIGINT NOT NULL,
+	lake_files    BIGINT NOT NULL,
+	quarantined   BIGINT NOT NULL,
+	dead_lettered BIGINT NOT NULL,
+	seconds       STRUCT(stage DOUBLE, decode DOUBLE, lake DOUBLE, rules DOUBLE, history DOUBLE, merge DOUBLE, gold DOUBLE, "commit" DOUBLE),
+	exit_reason   VARCHAR NOT NULL
+);
 CREATE TABLE IF NOT EXISTS lakeflow.source_state (
 	id         INTEGER PRIMARY KEY,
 	state      JSON NOT NULL,
