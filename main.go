@@ -48,7 +48,7 @@ func newApp() *cli.App {
 		Name:           "lakeflow",
 		Usage:          "PostgreSQL WAL → Kafka → Parquet lake + DuckDB warehouse, in one process",
 		Flags:          commonFlags(),
-		Commands:       []*cli.Command{runCommand(), contractsCommand(), backfillCommand(), asofCommand(), catalogCommand(), checkCommand(), sqlCommand()},
+		Commands:       []*cli.Command{runCommand(), contractsCommand(), backfillCommand(), asofCommand(), catalogCommand(), checkCommand(), sqlCommand(), statusCommand()},
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError:   usageError,
 		CommandNotFound: func(_ *cli.Context, name string) {

@@ -125,24 +125,27 @@ func (r *CheckReport) add(f Finding) { r.Findings = append(r.Findings, f) }
 // against what lakeflow knows (the lake's newest schema) under its
 // contract, as run would: additive and widening changes are warnings
 // (run evolves silver), breaking ones errors with the contract edit that
-// accepts them. The embedded PostgreSQL is started if no pipeline runs;
-// while one does, it judges every change itself and this part says so.
+// accepts them. The embedded PostgreSQL is started if no pipeline runs,
+// and read where it runs if one does.
 func (r *CheckReport) checkSource(ctx context.Context, cfg *config.Config, set contracts.Set, view *AsOf, log *slog.Logger) error {
 	dsn := cfg.Source.DSN
 	if dsn == "" {
 		unlock, err := lockDataDir(cfg.DataDir)
-		if err != nil {
-			r.add(Finding{Part: PartContracts, Check: "source.not_checked", Severity: "warning",
-				Message: "the embedded source was not checked: lakeflow run holds it (and judges every schema change itself)"})
-			return nil
+		if err == nil {
+			defer unlock()
+			env, err := startEnvironment(ctx, cfg, false, log)
+			defer env.stop(log)
+			if err != nil {
+				return err
+			}
+			dsn = env.dsn
+		} else {
+			// lakeflow run holds the data directory: its cluster runs.
+			e := cfg.Source.Embedded
+			if dsn, err = postgres.RunningDSN(e.Dir, e.Port, e.Database); err != nil {
+				return err
+			}
 		}
-		defer unlock()
-		env, err := startEnvironment(ctx, cfg, false, log)
-		defer env.stop(log)
-		if err != nil {
-			return err
-		}
-		dsn = env.dsn
 	}
 	drafts, err := postgres.Describe(ctx, dsn, cfg.Source.Tables)
 	if err != nil {

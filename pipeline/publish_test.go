@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -58,6 +59,7 @@ func TestPublishedWarehouseWhileRunning(t *testing.T) {
 	queryRow(t, held, "SELECT batch FROM lakeflow.published", &heldBatch)
 	// lakeflow sql, its own process, opening the newest copy each time.
 	var batches []int
+	busiest := int64(0)
 	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(300 * time.Millisecond) {
 		out, err := exec.Command(lakeflowBinary(t), "--config", h.file, "sql", "--format", "csv",
 			"SELECT (SELECT batch FROM lakeflow.published), ("+torn+")").CombinedOutput()
@@ -70,6 +72,12 @@ func TestPublishedWarehouseWhileRunning(t *testing.T) {
 			t.Fatalf("published batch %d holds orders whose total is not their lines': %s", b, fields[1])
 		}
 		batches = append(batches, b)
+		if st := status(t, h); st.Slot != nil {
+			busiest = max(busiest, st.Slot.LagBytes)
+		}
+	}
+	if busiest == 0 {
+		t.Error("lakeflow status saw the slot at the WAL's end all through a steady workload")
 	}
 	queryRow(t, held, torn, &bad)
 	var still int
@@ -89,4 +97,37 @@ func TestPublishedWarehouseWhileRunning(t *testing.T) {
 	if err := <-load; err != nil {
 		t.Fatal(err)
 	}
+	// lakeflow status, beside the run: its lags go to zero once the
+	// workload stops and the pipeline catches up.
+	var st StatusReport
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(300 * time.Millisecond) {
+		st = status(t, h)
+		lag := int64(0)
+		for _, tl := range st.Topics {
+			lag += tl.Lag
+		}
+		if st.Slot != nil && st.Slot.LagBytes < 64<<10 && len(st.Topics) == len(demoTables) && lag == 0 && st.Published != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lakeflow status did not settle at zero lag in a minute: %+v", st)
+		}
+	}
+	if st.LastBatch == nil || st.Held.Quarantined != 0 || len(st.Lake) != len(demoTables) || len(st.Datasets) != len(demoTables) {
+		t.Errorf("lakeflow status: %+v", st)
+	}
+}
+
+// status runs lakeflow status --json.
+func status(t *testing.T, h *harness) StatusReport {
+	t.Helper()
+	out, err := exec.Command(lakeflowBinary(t), "--config", h.file, "status", "--json").Output()
+	var st StatusReport
+	if err == nil {
+		err = json.Unmarshal(out, &st)
+	}
+	if err != nil {
+		t.Fatalf("lakeflow status --json: %v\n%s", err, out)
+	}
+	return st
 }

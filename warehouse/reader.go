@@ -44,3 +44,8 @@ func (r *Reader) Query(ctx context.Context, q string, asJSON bool) (Result, erro
 
 // Close closes the reader.
 func (r *Reader) Close() error { return errors.Join(r.conn.Close(), r.db.Close()) }
+
+// QueryRow runs a query of one row into dst.
+func (r *Reader) QueryRow(ctx context.Context, q string, dst ...any) error {
+	return r.conn.QueryRowContext(ctx, q).Scan(dst...)
+}

@@ -346,3 +346,16 @@ func (c *Cluster) EnsureDatabase(ctx context.Context, name string) error {
 	}
 	return nil
 }
+
+// RunningDSN is the DSN of database db of the embedded cluster in dir on
+// port, as a running lakeflow started it (its password is kept in dir);
+// it does not start anything.
+func RunningDSN(dir string, port int, db string) (string, error) {
+	c := &Cluster{cfg: ClusterConfig{Dir: dir, Port: port}}
+	pw, err := os.ReadFile(c.passwordFile())
+	if err != nil {
+		return "", err
+	}
+	c.password = strings.TrimSpace(string(pw))
+	return c.DSN(db), nil
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/lakeflow/lakeflow/pipeline"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+)
+
+func statusCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "status",
+		Usage: "how the pipeline stands: published copy, last batch, slot and consumer lag, freshness, quarantine, dead letters, lake (running or not)",
+		Flags: append(commonFlags(),
+			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
+		),
+		OnUsageError: usageError,
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return fmt.Errorf("%w: status takes no arguments (got %q)", fault.ErrConfig, c.Args().First())
+			}
+			cfg, log, err := setupQuiet(c)
+			if err != nil {
+				return err
+			}
+			r, err := pipeline.Status(c.Context, cfg, log)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(r)
+			}
+			printStatus(r)
+			return nil
+		},
+	}
+}
+
+// printStatus prints the report for a person, one fact a line.
+func printStatus(r *pipeline.StatusReport) {
+	w := os.Stdout
+	if p := r.Published; p != nil {
+		fmt.Fprintf(w, "published     batch %d, as of %s (committed %s), %s old\n", p.Batch, p.LSN, p.CommitTime.Format(time.RFC3339), ago(p.AgeSeconds))
+	}
+	if b := r.LastBatch; b != nil {
+		fmt.Fprintf(w, "last batch    %d at %s: %d events, consistent %v; %.0f events/s over the last minute\n",
+			b.Batch, b.At.Format(time.RFC3339), b.Events, b.Consistent, b.EventsPerSecond)
+	}
+	if s := r.Slot; s != nil {
+		fmt.Fprintf(w, "slot          %s: %d bytes behind the source's WAL (%s), active %v\n", s.Name, s.LagBytes, ago(s.LagSeconds), s.Active)
+	}
+	for _, t := range r.Topics {
+		fmt.Fprintf(w, "consumer lag  %s: %d records\n", t.Topic, t.Lag)
+	}
+	for _, d := range r.Datasets {
+		mark := ""
+		if d.Breach {
+			mark = fmt.Sprintf("  BREACH of its %s SLA", ago(d.SLASeconds))
+		}
+		fmt.Fprintf(w, "freshness     %s: newest change %s old%s\n", d.Dataset, ago(d.AgeSeconds), mark)
+	}
+	rules := make([]string, 0, len(r.Held.TopRules))
+	for rule, n := range r.Held.TopRules {
+		rules = append(rules, fmt.Sprintf("%s %d", rule, n))
+	}
+	slices.Sort(rules)
+	fmt.Fprintf(w, "quarantined   %d (%s); dead letters %d\n", r.Held.Quarantined, strings.Join(rules, ", "), r.Held.Dead)
+	tables := make([]string, 0, len(r.Lake))
+	for t := range r.Lake {
+		tables = append(tables, t)
+	}
+	slices.Sort(tables)
+	for _, t := range tables {
+		fmt.Fprintf(w, "lake          %s: %d files, %.1f MB\n", t, r.Lake[t].Files, float64(r.Lake[t].Bytes)/1e6)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note          %s\n", n)
+	}
+}
+
+// ago writes seconds as a short duration.
+func ago(s float64) string { return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String() }
