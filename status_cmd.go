@@ -88,4 +88,6 @@ func printStatus(r *pipeline.StatusReport) {
 }
 
 // ago writes seconds as a short duration.
-func ago(s float64) string { return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String() }
+func ago(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
+}
