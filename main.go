@@ -161,6 +161,7 @@ func runCommand() *cli.Command {
 			&cli.BoolFlag{Name: "follow", Usage: "keep running; Ctrl-C finishes the in-flight batch and exits"},
 			&cli.BoolFlag{Name: "demo", Usage: "create the demo schema in the source and drive an e-commerce workload while ingesting"},
 			&cli.IntFlag{Name: "demo-events", Value: 20000, Usage: "number of row changes the demo workload makes"},
+			&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics at this address (/metrics; :9464 binds loopback)"},
 		),
 		OnUsageError: usageError,
 		Action: func(c *cli.Context) error {
@@ -173,7 +174,7 @@ func runCommand() *cli.Command {
 			}
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			opts := pipeline.Options{Follow: c.Bool("follow")}
+			opts := pipeline.Options{Follow: c.Bool("follow"), MetricsAddr: c.String("metrics-addr")}
 			if isTerminal(os.Stderr) {
 				opts.Progress = os.Stderr
 			}

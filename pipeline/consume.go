@@ -62,6 +62,8 @@ type consumer struct {
 	checks <-chan checkRun
 	// pub publishes the warehouse between batches (nil: never).
 	pub *publisher
+	// metrics, if set, are exposed to Prometheus.
+	metrics *metrics
 }
 
 // mark is a received watermark with the bounds it sets.
@@ -375,6 +377,7 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 			batch.Watermark = &m.w
 		}
 	}
+	applyStart := time.Now()
 	st, err := c.wh.Apply(ctx, batch)
 	if err != nil {
 		return err
@@ -399,6 +402,14 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 	c.stats.files.Add(int64(st.LakeFiles))
 	c.stats.quarantined.Add(int64(st.Quarantined))
 	c.stats.phases.Add(st)
+	if c.metrics != nil {
+		var wm *warehouseWatermark
+		if batch.Watermark != nil {
+			wm = &warehouseWatermark{seq: uint64(batch.Watermark.Seq), commitUS: batch.Watermark.Commit}
+		}
+		c.metrics.batch(st, wm, time.Since(applyStart))
+		c.metrics.pending.Set(float64(len(c.pending)))
+	}
 	if len(st.Dead) > 0 {
 		c.deadLetters(ctx, st.Dead)
 	}

@@ -64,6 +64,7 @@ type publisher struct {
 	interval time.Duration
 	next     time.Time
 	log      *slog.Logger
+	metrics  *metrics
 }
 
 // due publishes if the interval has passed and batches were committed
@@ -82,6 +83,9 @@ func (p *publisher) publish(ctx context.Context) error {
 		return err
 	}
 	p.next = time.Now().Add(max(p.interval, 4*took))
+	if p.metrics != nil {
+		p.metrics.publish.SetToCurrentTime()
+	}
 	p.log.Debug("warehouse published", "path", p.path, "took", took.Round(time.Millisecond))
 	return nil
 }

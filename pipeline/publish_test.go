@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -12,7 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/lakeflow/lakeflow/pipeline/demo"
+	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )
 
 // TestPublishedWarehouseWhileRunning: while lakeflow run --follow
@@ -28,7 +34,12 @@ func TestPublishedWarehouseWhileRunning(t *testing.T) {
 	if err := demo.Setup(ctx, h.dsn); err != nil {
 		t.Fatal(err)
 	}
-	p := start(t, h, "run", "--follow")
+	port, err := pgtest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+	p := start(t, h, "run", "--follow", "--metrics-addr", fmt.Sprintf(":%d", port))
 	defer p.kill(t)
 	load := make(chan error, 1)
 	go func() {
@@ -79,6 +90,7 @@ func TestPublishedWarehouseWhileRunning(t *testing.T) {
 	if busiest == 0 {
 		t.Error("lakeflow status saw the slot at the WAL's end all through a steady workload")
 	}
+	assertMetrics(t, metricsURL)
 	queryRow(t, held, torn, &bad)
 	var still int
 	queryRow(t, held, "SELECT batch FROM lakeflow.published", &still)
@@ -130,4 +142,37 @@ func status(t *testing.T, h *harness) StatusReport {
 		t.Fatalf("lakeflow status --json: %v\n%s", err, out)
 	}
 	return st
+}
+
+// assertMetrics scrapes the metrics endpoint, parses it as Prometheus's
+// text format, and checks batches were counted and timed.
+func assertMetrics(t *testing.T, url string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("the metrics do not parse: %v", err)
+	}
+	value := func(name string) float64 {
+		f := families[name]
+		if f == nil || len(f.GetMetric()) != 1 {
+			t.Fatalf("no metric %s", name)
+		}
+		m := f.GetMetric()[0]
+		if h := m.GetHistogram(); h != nil {
+			return float64(h.GetSampleCount())
+		}
+		return m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	}
+	for _, name := range []string{"lakeflow_events_applied_total", "lakeflow_batches_total", "lakeflow_batch_duration_seconds",
+		"lakeflow_freshness_seconds", "lakeflow_published_timestamp_seconds", "lakeflow_consistent_cdc_seq"} {
+		if value(name) <= 0 {
+			t.Errorf("%s is %v while batches commit", name, value(name))
+		}
+	}
 }

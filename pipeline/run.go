@@ -36,6 +36,9 @@ type Options struct {
 	Prepare func(ctx context.Context, dsn string) error
 	// Progress, if set, gets a one-line progress display (a terminal).
 	Progress io.Writer
+	// MetricsAddr, if set, is where Prometheus metrics are served
+	// (/metrics; a port alone binds loopback).
+	MetricsAddr string
 }
 
 // Run runs the pipeline. Cancelling ctx (Ctrl-C) finishes the in-flight
@@ -111,6 +114,13 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		c.checks = scheduleChecks(ctx, cfg, log)
 	}
 	c.pub = pub
+	if opts.MetricsAddr != "" {
+		c.metrics = newMetrics()
+		pub.metrics = c.metrics
+		if err := c.metrics.serve(ctx, opts.MetricsAddr, log); err != nil {
+			return err
+		}
+	}
 	applied, err := wh.AppliedEnd(ctx)
 	if err != nil {
 		return err

@@ -1,0 +1,115 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/warehouse"
+)
+
+// metrics are what lakeflow run exposes to Prometheus (Options.MetricsAddr):
+// names with the lakeflow_ prefix, base units, _total counters.
+type metrics struct {
+	reg                                        *prometheus.Registry
+	events, batches, files, quarantined, dead  prometheus.Counter
+	batchSeconds, freshness                    prometheus.Histogram
+	lastBatch, consistentSeq, pending, publish prometheus.Gauge
+}
+
+func newMetrics() *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	counter := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: "lakeflow_" + name, Help: help})
+		m.reg.MustRegister(c)
+		return c
+	}
+	gauge := func(name, help string) prometheus.Gauge {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "lakeflow_" + name, Help: help})
+		m.reg.MustRegister(g)
+		return g
+	}
+	histogram := func(name, help string) prometheus.Histogram {
+		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "lakeflow_" + name, Help: help,
+			Buckets: []float64{.05, .1, .25, .5, 1, 2, 5, 10, 30, 60}})
+		m.reg.MustRegister(h)
+		return h
+	}
+	m.events = counter("events_applied_total", "Change events applied to the warehouse.")
+	m.batches = counter("batches_total", "Batches committed.")
+	m.files = counter("lake_files_total", "Lake files written.")
+	m.quarantined = counter("quarantined_total", "Changes held back or warned by contract rules.")
+	m.dead = counter("dead_letters_total", "Events sent to the dead-letter queue.")
+	m.batchSeconds = histogram("batch_duration_seconds", "Time to apply one batch (stage to commit).")
+	m.freshness = histogram("freshness_seconds", "Source commit of a batch's newest transaction to its silver commit.")
+	m.lastBatch = gauge("last_batch_timestamp_seconds", "When the last batch committed (Unix time).")
+	m.consistentSeq = gauge("consistent_cdc_seq", "The source position (_cdc_seq) of the last consistent batch.")
+	m.pending = gauge("pending_events", "Events consumed from Kafka and not yet applied.")
+	m.publish = gauge("published_timestamp_seconds", "When warehouse.path was last published (Unix time).")
+	return m
+}
+
+// batch records a committed batch.
+func (m *metrics) batch(st warehouse.BatchStats, wm *warehouseWatermark, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.events.Add(float64(st.Events))
+	m.batches.Inc()
+	m.files.Add(float64(st.LakeFiles))
+	m.quarantined.Add(float64(st.Quarantined + st.Warned))
+	m.dead.Add(float64(len(st.Dead)))
+	m.batchSeconds.Observe(took.Seconds())
+	now := time.Now()
+	m.lastBatch.Set(float64(now.UnixNano()) / 1e9)
+	if wm != nil {
+		m.consistentSeq.Set(float64(wm.seq))
+		if wm.commitUS > 0 {
+			m.freshness.Observe(now.Sub(time.UnixMicro(wm.commitUS)).Seconds())
+		}
+	}
+}
+
+// warehouseWatermark is what metrics need of a batch's watermark.
+type warehouseWatermark struct {
+	seq      uint64
+	commitUS int64
+}
+
+// serve exposes the metrics at addr (a port alone binds loopback) under
+// /metrics until ctx ends.
+func (m *metrics) serve(ctx context.Context, addr string, log *slog.Logger) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w: --metrics-addr %q: want host:port, or :port for loopback", fault.ErrConfig, addr)
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
+	if err != nil {
+		return fmt.Errorf("%w: metrics: %v", fault.ErrEnvironment, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("metrics endpoint stopped", "err", err)
+		}
+	}()
+	log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	return nil
+}
