@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -21,6 +22,9 @@ type Workload struct {
 	ActionsPerTxn int
 	// Clean leaves out the actions that break contract rules.
 	Clean bool
+	// Rate, if set, paces the workload at about that many row changes
+	// per second (a steady load); otherwise it goes as fast as it can.
+	Rate int
 }
 
 // Done counts what a workload made.
@@ -43,7 +47,19 @@ func (w Workload) Run(ctx context.Context, dsn string) (Done, error) {
 		return done, fmt.Errorf("demo: read current shop: %w", err)
 	}
 	per := max(w.ActionsPerTxn, 1)
+	start := time.Now()
 	for s.changes < w.Events {
+		if w.Rate > 0 {
+			// Ahead of the pace: wait until the changes made are due.
+			due := start.Add(time.Duration(float64(s.changes) / float64(w.Rate) * float64(time.Second)))
+			if wait := time.Until(due); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return done, ctx.Err()
+				case <-time.After(wait):
+				}
+			}
+		}
 		b := &pgx.Batch{}
 		before := s.changes
 		for i := 0; i < per && s.changes < w.Events; i++ {

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -54,12 +55,15 @@ type Result struct {
 	// Check is lakeflow check (every part) beside the same lake and
 	// source: its wall time, the faster of two, and its exit code (the
 	// benchmark's data has no catalog: 6).
-	CheckSeconds    float64 `json:"check_seconds"`
-	CheckExit       int     `json:"check_exit_code"`
-	CPUs            int     `json:"cpus"`
-	GoVersion       string  `json:"go_version"`
-	PostgresVersion string  `json:"postgres_version"`
-	When            string  `json:"when"`
+	CheckSeconds float64 `json:"check_seconds"`
+	// Freshness is run --follow under a steady load: source commit to
+	// silver commit, and to the published copy, per batch.
+	Freshness       FreshnessResult `json:"freshness_steady"`
+	CheckExit       int             `json:"check_exit_code"`
+	CPUs            int             `json:"cpus"`
+	GoVersion       string          `json:"go_version"`
+	PostgresVersion string          `json:"postgres_version"`
+	When            string          `json:"when"`
 }
 
 // BackfillResult measures lakeflow backfill --all (the faster of two).
@@ -67,6 +71,17 @@ type BackfillResult struct {
 	Events  int64   `json:"events"`
 	Seconds float64 `json:"seconds"`
 	Rate    float64 `json:"events_per_second"`
+}
+
+// FreshnessResult measures run --follow under a steady load.
+type FreshnessResult struct {
+	Rate         int     `json:"changes_per_second"`
+	Seconds      float64 `json:"seconds"`
+	Batches      int     `json:"batches"`
+	SilverP50    float64 `json:"silver_p50_seconds"`
+	SilverP99    float64 `json:"silver_p99_seconds"`
+	PublishedP50 float64 `json:"published_p50_seconds"`
+	PublishedP99 float64 `json:"published_p99_seconds"`
 }
 
 // AsOfResult measures one lakeflow asof (the faster of two): wall time
@@ -274,6 +289,10 @@ func run(events int, out string, keep bool) error {
 			res.CheckSeconds, res.CheckExit = secs, cmd.ProcessState.ExitCode()
 		}
 	}
+	step("lakeflow run --follow under a steady %d changes/s for %d s", steadyRate, steadySeconds)
+	if res.Freshness, err = steady(ctx, bin, cfgFiles[len(cfgFiles)-1], dsn); err != nil {
+		return err
+	}
 	line := func(name string, r RunResult) {
 		fmt.Printf("  %-22s %.2f s  = %.0f events/s  (%.0f%% of pg_recvlogical; %d lake files, %d quarantined)\n"+
 			"  %-22s peak RSS %.0f MiB, CPU %.1f s (%.1f µs per event); stage %.2f s, decode %.2f s, lake %.2f s, rules %.2f s, history %.2f s, merge %.2f s, gold %.2f s, commit %.2f s\n",
@@ -296,6 +315,9 @@ func run(events int, out string, keep bool) error {
 		fmt.Printf("  asof %-22s %.2f s  (%d events from %d lake files, %.1f MB read)\n", q.what+":", a.Seconds, a.Events, a.Files, float64(a.Bytes)/1e6)
 	}
 	fmt.Printf("  check:                 %.2f s  (contracts vs the live source, catalog, population checks; exit %d)\n", res.CheckSeconds, res.CheckExit)
+	f := res.Freshness
+	fmt.Printf("  freshness, --follow at %d changes/s: source commit → silver p50 %.2f s, p99 %.2f s; → published copy p50 %.2f s, p99 %.2f s (%d batches)\n",
+		f.Rate, f.SilverP50, f.SilverP99, f.PublishedP50, f.PublishedP99, f.Batches)
 	data, _ := json.MarshalIndent(res, "", "  ")
 	if keep {
 		fmt.Fprintln(os.Stderr, "working directory kept:", work)
@@ -372,6 +394,79 @@ func asof(bin, cfgFile, pos, what, out string) (AsOfResult, error) {
 	r.Bytes, _ = strconv.ParseInt(m[2], 10, 64)
 	r.Events, _ = strconv.ParseInt(m[3], 10, 64)
 	return r, nil
+}
+
+// The steady load of the freshness measurement.
+const (
+	steadyRate    = 5000
+	steadySeconds = 20
+)
+
+// steady runs lakeflow run --follow while the demo workload makes
+// steadyRate changes a second, stops it, and reads, per batch committed
+// meanwhile, the time from the source commit of its newest transaction to
+// its silver commit (lakeflow.batches) and to the first copy published
+// after it (the run's log).
+func steady(ctx context.Context, bin, cfgFile, dsn string) (FreshnessResult, error) {
+	r := FreshnessResult{Rate: steadyRate}
+	cmd := exec.Command(bin, "--config", cfgFile, "--log-level", "debug", "run", "--follow")
+	var log strings.Builder
+	cmd.Stderr = &log
+	if err := cmd.Start(); err != nil {
+		return r, err
+	}
+	time.Sleep(3 * time.Second) // streaming
+	t0 := time.Now()
+	_, err := demo.Workload{Events: steadyRate * steadySeconds, Seed: 43, Rate: steadyRate}.Run(ctx, dsn)
+	r.Seconds = time.Since(t0).Seconds()
+	time.Sleep(7 * time.Second) // the last batches, and a copy published after them
+	cmd.Process.Signal(os.Interrupt)
+	if werr := cmd.Wait(); err == nil && werr != nil {
+		err = fmt.Errorf("lakeflow run --follow: %v\n%s", werr, log.String())
+	}
+	if err != nil {
+		return r, err
+	}
+	var published []time.Time
+	re := regexp.MustCompile(`time=(\S+) level=DEBUG msg="warehouse published"`)
+	for _, m := range re.FindAllStringSubmatch(log.String(), -1) {
+		if at, err := time.Parse(time.RFC3339Nano, m[1]); err == nil {
+			published = append(published, at)
+		}
+	}
+	out, err := exec.Command(bin, "--config", cfgFile, "sql", "--format", "csv", fmt.Sprintf(`SELECT epoch_us(commit_ts), epoch_us(committed_at)
+		FROM lakeflow.batches WHERE consistent AND commit_ts IS NOT NULL AND events > 0 AND committed_at >= make_timestamptz(%d)`, t0.UnixMicro())).Output()
+	if err != nil {
+		return r, fmt.Errorf("lakeflow sql: %v", err)
+	}
+	var silver, pub []float64
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n")[1:] {
+		var commit, applied int64
+		if _, err := fmt.Sscanf(line, "%d,%d", &commit, &applied); err != nil {
+			continue
+		}
+		silver = append(silver, float64(applied-commit)/1e6)
+		for _, p := range published {
+			if p.UnixMicro() >= applied {
+				pub = append(pub, float64(p.UnixMicro()-commit)/1e6)
+				break
+			}
+		}
+	}
+	r.Batches = len(silver)
+	r.SilverP50, r.SilverP99 = quantile(silver, .5), quantile(silver, .99)
+	r.PublishedP50, r.PublishedP99 = quantile(pub, .5), quantile(pub, .99)
+	return r, nil
+}
+
+// quantile is the q-quantile of xs (nearest rank), 0 for none.
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(math.Ceil(q*float64(len(s))))-1)]
 }
 
 // measure runs `lakeflow run` on a config and fills r.
