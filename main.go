@@ -247,6 +247,7 @@ func commonFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "config", Value: config.DefaultFile, Usage: "config file (missing default file = built-in defaults)"},
 		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
+		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text (key=value lines) or json (one object per line)"},
 	}
 }
 
@@ -271,7 +272,16 @@ func setup(c *cli.Context) (*config.Config, *slog.Logger, error) {
 	if isTerminal(os.Stderr) {
 		out = lineClearing{os.Stderr} // log lines go above the progress line
 	}
-	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
+	var handler slog.Handler
+	switch f := common(c, "log-format"); f {
+	case "text":
+		handler = slog.NewTextHandler(out, &slog.HandlerOptions{Level: level})
+	case "json":
+		handler = slog.NewJSONHandler(out, &slog.HandlerOptions{Level: level})
+	default:
+		return nil, nil, fmt.Errorf("%w: --log-format %q: want text or json", fault.ErrConfig, f)
+	}
+	log := slog.New(handler)
 	cfg, err := config.Load(common(c, "config"), os.Environ())
 	if err != nil {
 		return nil, nil, err

@@ -132,6 +132,28 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 	if err != nil || strings.Count(string(out), "wrote ") < 20 {
 		t.Fatalf("lakeflow catalog init: %v\n%s", err, out)
 	}
+	// Again: every entry exists, as JSON log lines say.
+	cmd = exec.Command(bin, "--config", file, "--log-format", "json", "catalog", "init")
+	var logs strings.Builder
+	cmd.Stderr = &logs
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	entries := 0
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var line struct {
+			Msg string `json:"msg"`
+		}
+		if err := json.Unmarshal([]byte(l), &line); err != nil {
+			t.Fatalf("--log-format json wrote %q: %v", l, err)
+		}
+		if line.Msg == "dataset already has a catalog entry" {
+			entries++
+		}
+	}
+	if entries < 20 {
+		t.Fatalf("--log-format json: %d entries logged\n%s", entries, logs.String())
+	}
 	out, err = exec.Command(bin, "--config", file, "catalog", "--format", "csv").Output()
 	if err != nil || !strings.Contains(string(out), "silver.orders,silver,") {
 		t.Fatalf("lakeflow catalog: %v\n%s", err, out)

@@ -25,6 +25,10 @@ func showProgress(w io.Writer, src *postgres.Source, c *consumer) (stop func()) 
 				fmt.Fprint(w, "\r\033[K")
 				return
 			case now := <-t.C:
+				if p := src.Stats.Snapshot.Load(); p != nil {
+					fmt.Fprint(w, "\r\033[K"+snapshotLine(p, now))
+					continue
+				}
 				in, out := src.Stats.Events.Load(), c.stats.events.Load()
 				secs := now.Sub(last).Seconds()
 				lag := ""
@@ -43,6 +47,21 @@ func showProgress(w io.Writer, src *postgres.Source, c *consumer) (stop func()) 
 		}
 	}()
 	return func() { close(done); <-finished }
+}
+
+// snapshotLine shows the initial snapshot's progress in one table: rows
+// copied, of how many pg_class estimates, and the time left at this pace.
+func snapshotLine(p *postgres.SnapshotProgress, now time.Time) string {
+	done := p.Rows.Load()
+	line := fmt.Sprintf("snapshot %s (table %d of %d): %d rows", p.Table, p.Index, p.Count, done)
+	if p.Estimate > 0 {
+		line += fmt.Sprintf(" of ~%d (%.0f%%)", p.Estimate, 100*float64(min(done, p.Estimate))/float64(p.Estimate))
+		if elapsed := now.Sub(p.Started); done > 0 && done < p.Estimate {
+			left := time.Duration(float64(elapsed) * float64(p.Estimate-done) / float64(done))
+			line += fmt.Sprintf(", about %s left", left.Round(time.Second))
+		}
+	}
+	return line
 }
 
 func bytesHuman(n uint64) string {

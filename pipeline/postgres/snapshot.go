@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -77,7 +78,8 @@ func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, sink Sink, store 
 	s.log.Info("initial snapshot started", "slot", s.cfg.Slot, "consistent_point", state.ConsistentPoint)
 	cat := newCatalog(conn)
 	var rows int64
-	for _, ct := range s.cfg.Tables {
+	defer s.Stats.Snapshot.Store(nil)
+	for i, ct := range s.cfg.Tables {
 		rel, err := cat.relationByName(ctx, ct.Schema, ct.Name)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", fault.ErrSource, err)
@@ -96,10 +98,15 @@ func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, sink Sink, store 
 				return nil, err
 			}
 		}
-		n, err := s.copyTable(ctx, tx, sink, t, state)
+		p := &SnapshotProgress{Table: t.ID(), Index: i + 1, Count: len(s.cfg.Tables), Estimate: -1, Started: time.Now()}
+		// An estimate for the progress display (-1 when never analyzed).
+		tx.QueryRow(ctx, "SELECT reltuples::bigint FROM pg_class WHERE oid = $1", rel.oid).Scan(&p.Estimate)
+		s.Stats.Snapshot.Store(p)
+		n, err := s.copyTable(ctx, tx, sink, t, state, &p.Rows)
 		if err != nil {
 			return nil, err
 		}
+		s.log.Info("table snapshotted", "table", t.ID(), "rows", n, "seconds", time.Since(p.Started).Round(time.Millisecond).Seconds())
 		rows += n
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -117,7 +124,7 @@ func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, sink Sink, store 
 	return state, nil
 }
 
-func (s *Source) copyTable(ctx context.Context, tx pgx.Tx, sink Sink, t *change.Table, state *change.SourceState) (int64, error) {
+func (s *Source) copyTable(ctx context.Context, tx pgx.Tx, sink Sink, t *change.Table, state *change.SourceState, done *atomic.Int64) (int64, error) {
 	cols := make([]string, len(t.Columns))
 	for i, c := range t.Columns {
 		cols[i] = pgx.Identifier{c.Name}.Sanitize()
@@ -131,6 +138,7 @@ func (s *Source) copyTable(ctx context.Context, tx pgx.Tx, sink Sink, t *change.
 		ev.After = row
 		n++
 		s.Stats.Events.Add(1)
+		done.Add(1)
 		return sink.Event(ctx, &ev)
 	})
 	query := fmt.Sprintf("COPY (SELECT %s FROM %s) TO STDOUT", strings.Join(cols, ", "), pgx.Identifier{t.Schema, t.Name}.Sanitize())

@@ -82,6 +82,18 @@ type Stats struct {
 	// Buffered is the WAL bytes received and not yet handed over;
 	// BufferedPeak its highest value.
 	Buffered, BufferedPeak atomic.Int64
+	// Snapshot is the table the initial snapshot copies now (nil outside
+	// a snapshot).
+	Snapshot atomic.Pointer[SnapshotProgress]
+}
+
+// SnapshotProgress is where the initial snapshot stands in one table.
+type SnapshotProgress struct {
+	Table        string
+	Index, Count int   // the table's place among the captured ones (1-based)
+	Estimate     int64 // rows pg_class.reltuples estimates (-1: unknown)
+	Rows         atomic.Int64
+	Started      time.Time
 }
 
 // Source captures a PostgreSQL database: the initial snapshot, then the
