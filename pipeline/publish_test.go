@@ -23,10 +23,11 @@ import (
 
 // TestPublishedWarehouseWhileRunning: while lakeflow run --follow
 // ingests a steady workload, other processes open warehouse.path
-// read-only — one holds it open for seconds, another (lakeflow sql)
-// opens it again and again — without a lock error, each sees one
-// committed batch whole (every order's total is its lines'), and newer
-// ones as they are published; the pipeline keeps going.
+// read-only — this one holds it open for 30 s (DuckDB's Go client
+// directly), another (lakeflow sql) opens it again and again — without a
+// lock error, each sees one committed batch whole (every order's total
+// is its lines'), and newer ones as they are published, while the
+// pipeline keeps applying.
 func TestPublishedWarehouseWhileRunning(t *testing.T) {
 	h := newHarnessWith(t, "\n[warehouse]\npublish_interval = \"300ms\"", qualified(demoTables)...)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -43,7 +44,7 @@ func TestPublishedWarehouseWhileRunning(t *testing.T) {
 	defer p.kill(t)
 	load := make(chan error, 1)
 	go func() {
-		_, err := demo.Workload{Events: 1_000_000, Seed: 71, Clean: true}.Run(ctx, h.dsn)
+		_, err := demo.Workload{Events: 1_000_000, Seed: 71, Clean: true, Rate: 3000}.Run(ctx, h.dsn)
 		if errors.Is(err, context.Canceled) {
 			err = nil
 		}
@@ -68,10 +69,12 @@ func TestPublishedWarehouseWhileRunning(t *testing.T) {
 		WHERE NOT o._deleted GROUP BY o.id, o.total_cents HAVING o.total_cents <> sum(i.quantity * i.unit_price_cents))`
 	var heldBatch, bad int
 	queryRow(t, held, "SELECT batch FROM lakeflow.published", &heldBatch)
-	// lakeflow sql, its own process, opening the newest copy each time.
+	// lakeflow sql, its own process, opening the newest copy each time,
+	// for the 30 s the first reader holds its copy.
+	applied := metric(t, metricsURL, "lakeflow_events_applied_total")
 	var batches []int
 	busiest := int64(0)
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(300 * time.Millisecond) {
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
 		out, err := exec.Command(lakeflowBinary(t), "--config", h.file, "sql", "--format", "csv",
 			"SELECT (SELECT batch FROM lakeflow.published), ("+torn+")").CombinedOutput()
 		if err != nil {
@@ -91,14 +94,26 @@ func TestPublishedWarehouseWhileRunning(t *testing.T) {
 		t.Error("lakeflow status saw the slot at the WAL's end all through a steady workload")
 	}
 	assertMetrics(t, metricsURL)
+	if now := metric(t, metricsURL, "lakeflow_events_applied_total"); now <= applied {
+		t.Errorf("the pipeline applied nothing while the copy was held (%v events before, %v after)", applied, now)
+	}
 	queryRow(t, held, torn, &bad)
 	var still int
 	queryRow(t, held, "SELECT batch FROM lakeflow.published", &still)
 	if bad != 0 || still != heldBatch {
 		t.Errorf("the held copy changed under its reader (batch %d → %d) or is torn (%d)", heldBatch, still, bad)
 	}
-	if len(batches) < 5 || batches[len(batches)-1] <= batches[0] {
-		t.Errorf("published batches seen by lakeflow sql %v: want newer ones over five seconds", batches)
+	// Opened again, it is a newer copy, as consistent.
+	held.Close()
+	again := openDuck(t, h.cfg.Warehouse.Path)
+	queryRow(t, again, "SELECT batch FROM lakeflow.published", &still)
+	queryRow(t, again, torn, &bad)
+	again.Close()
+	if still <= heldBatch || bad != 0 {
+		t.Errorf("reopened after 30 s, the published copy is batch %d (was %d), torn %d", still, heldBatch, bad)
+	}
+	if len(batches) < 20 || batches[len(batches)-1] <= batches[0] {
+		t.Errorf("published batches seen by lakeflow sql %v: want newer ones over 30 seconds", batches)
 	}
 	for i := 1; i < len(batches); i++ {
 		if batches[i] < batches[i-1] {
@@ -144,9 +159,20 @@ func status(t *testing.T, h *harness) StatusReport {
 	return st
 }
 
-// assertMetrics scrapes the metrics endpoint, parses it as Prometheus's
+// assertMetrics scrapes the metrics endpoint, parsed as Prometheus's
 // text format, and checks batches were counted and timed.
 func assertMetrics(t *testing.T, url string) {
+	t.Helper()
+	for _, name := range []string{"lakeflow_events_applied_total", "lakeflow_batches_total", "lakeflow_batch_duration_seconds",
+		"lakeflow_freshness_seconds", "lakeflow_published_timestamp_seconds", "lakeflow_consistent_cdc_seq"} {
+		if v := metric(t, url, name); v <= 0 {
+			t.Errorf("%s is %v while batches commit", name, v)
+		}
+	}
+}
+
+// metric scrapes one metric (a histogram's sample count).
+func metric(t *testing.T, url, name string) float64 {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
@@ -158,21 +184,13 @@ func assertMetrics(t *testing.T, url string) {
 	if err != nil {
 		t.Fatalf("the metrics do not parse: %v", err)
 	}
-	value := func(name string) float64 {
-		f := families[name]
-		if f == nil || len(f.GetMetric()) != 1 {
-			t.Fatalf("no metric %s", name)
-		}
-		m := f.GetMetric()[0]
-		if h := m.GetHistogram(); h != nil {
-			return float64(h.GetSampleCount())
-		}
-		return m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	f := families[name]
+	if f == nil || len(f.GetMetric()) != 1 {
+		t.Fatalf("no metric %s", name)
 	}
-	for _, name := range []string{"lakeflow_events_applied_total", "lakeflow_batches_total", "lakeflow_batch_duration_seconds",
-		"lakeflow_freshness_seconds", "lakeflow_published_timestamp_seconds", "lakeflow_consistent_cdc_seq"} {
-		if value(name) <= 0 {
-			t.Errorf("%s is %v while batches commit", name, value(name))
-		}
+	m := f.GetMetric()[0]
+	if h := m.GetHistogram(); h != nil {
+		return float64(h.GetSampleCount())
 	}
+	return m.GetCounter().GetValue() + m.GetGauge().GetValue()
 }

@@ -111,11 +111,40 @@ func main() {
 	events := flag.Int("events", 510663, "row changes to load (the seed's 510,663 by default)")
 	out := flag.String("out", "bench.json", "where to write the JSON result")
 	keep := flag.Bool("keep", false, "keep the working directory")
+	publish := flag.String("publish-sizes", "", "instead: measure publishing warehouses of these sizes in GB (e.g. 0.1,1,5)")
 	flag.Parse()
+	if *publish != "" {
+		if err := measurePublishing(*publish); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*events, *out, *keep); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// step says what the benchmark does now.
+func step(format string, args ...any) { fmt.Fprintf(os.Stderr, "· "+format+"\n", args...) }
+
+// measurePublishing prints what publishing costs by warehouse size.
+func measurePublishing(sizes string) error {
+	work, err := os.MkdirTemp("", "lakeflow-publish-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	costs, err := publishCosts(context.Background(), work, sizes)
+	if err != nil {
+		return err
+	}
+	fmt.Println("publishing warehouse.path (copy of the live warehouse, synced, renamed into place):")
+	for _, c := range costs {
+		fmt.Printf("  %6.2f GB: %6.2f s  (%.0f MB/s)\n", float64(c.Bytes)/1e9, c.Seconds, float64(c.Bytes)/1e6/c.Seconds)
+	}
+	return nil
 }
 
 func run(events int, out string, keep bool) error {
@@ -128,7 +157,6 @@ func run(events int, out string, keep bool) error {
 		defer os.RemoveAll(work)
 	}
 	os.Chmod(work, 0o755)
-	step := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "· "+format+"\n", args...) }
 
 	step("building lakeflow")
 	bin := filepath.Join(work, "lakeflow")
