@@ -24,7 +24,12 @@ import (
 func (w *Warehouse) Publish(ctx context.Context, path string) (time.Duration, error) {
 	t0 := time.Now()
 	tmp := fmt.Sprintf("%s.%d.publishing", path, os.Getpid())
-	for _, p := range []string{tmp, tmp + ".wal"} {
+	// Copies a killed process left half made (and their WAL) go first.
+	stale, err := filepath.Glob(path + ".*.publishing*")
+	if err != nil {
+		return 0, err
+	}
+	for _, p := range stale {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return 0, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
 		}
@@ -40,7 +45,7 @@ func (w *Warehouse) Publish(ctx context.Context, path string) (time.Duration, er
 			SELECT %d AS batch, (SELECT max(lsn) FILTER (consistent) FROM lakeflow.batches) AS _cdc_seq,
 			(SELECT arg_max(commit_ts, batch) FILTER (consistent) FROM lakeflow.batches) AS commit_ts, now() AS published_at`, w.batch),
 	}
-	err := w.exec(ctx, stmts)
+	err = w.exec(ctx, stmts)
 	if _, derr := w.conn.ExecContext(context.WithoutCancel(ctx), "DETACH DATABASE IF EXISTS lakeflow_publish"); err == nil {
 		err = derr
 	}

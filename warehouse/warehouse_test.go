@@ -625,3 +625,37 @@ func TestFiniteJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishReplacesTheCopyAndItsLeftovers: a published copy holds the
+// warehouse as of its last batch, says which, and replaces the one
+// before; a copy a killed process left half made is removed.
+func TestPublishReplacesTheCopyAndItsLeftovers(t *testing.T) {
+	f := newFixture(t)
+	path := filepath.Join(f.dir, "published.duckdb")
+	stale := path + ".4242.publishing"
+	for _, p := range []string{stale, stale + ".wal"} {
+		if err := os.WriteFile(p, []byte("half a copy"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, name := range []string{"first", "second"} {
+		f.apply(f.rec(change.OpCreate, 100*(i+1), 1, "1", name, ""))
+		if _, err := f.wh.Publish(context.Background(), path); err != nil {
+			t.Fatal(err)
+		}
+		db, err := sql.Open("duckdb", path+"?access_mode=READ_ONLY")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		var batch int
+		err = db.QueryRow("SELECT (SELECT max(name) FROM silver.acct), (SELECT batch FROM lakeflow.published)").Scan(&got, &batch)
+		db.Close()
+		if err != nil || got != name || batch != i+1 {
+			t.Fatalf("copy %d holds %q as of batch %d (%v), want %q as of %d", i+1, got, batch, err, name, i+1)
+		}
+	}
+	if left, _ := filepath.Glob(path + ".*"); len(left) != 0 {
+		t.Errorf("left beside the copy: %v", left)
+	}
+}
