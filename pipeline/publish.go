@@ -19,40 +19,52 @@ import (
 // all: a data directory of a lakeflow that wrote warehouse.path itself,
 // or whose live file is lost, goes on from the published one (a
 // consistent warehouse; what the lake holds beyond it is recognised).
+// The file's write-ahead log, if a crash left one, comes along.
 func ensureLive(cfg *config.Config, log *slog.Logger) error {
 	w := cfg.Warehouse
 	if _, err := os.Stat(w.Live); err == nil || !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	src, err := os.Open(w.Path)
-	if errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(w.Path); errors.Is(err, os.ErrNotExist) {
 		return nil // a new warehouse
 	}
-	if err != nil {
-		return fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
-	}
-	defer src.Close()
 	log.Info("the live warehouse starts from warehouse.path", "live", w.Live, "from", w.Path)
-	tmp := w.Live + ".copying"
-	dst, err := os.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
+	if err := copyFile(w.Path+".wal", w.Live+".wal"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: copy %s.wal: %v", fault.ErrEnvironment, w.Path, err)
 	}
-	_, err = io.Copy(dst, src)
-	if cerr := dst.Close(); err == nil {
+	if err := copyFile(w.Path, w.Live); err != nil {
+		os.Remove(w.Live + ".wal")
+		return fmt.Errorf("%w: copy %s to %s: %v", fault.ErrEnvironment, w.Path, w.Live, err)
+	}
+	return nil
+}
+
+// copyFile copies src to dst durably, under a temporary name first.
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp := dst + ".copying"
+	out, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
 		err = lake.Sync(tmp)
 	}
 	if err == nil {
-		err = os.Rename(tmp, w.Live)
+		err = os.Rename(tmp, dst)
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("%w: copy %s to %s: %v", fault.ErrEnvironment, w.Path, w.Live, err)
 	}
-	return nil
+	return err
 }
 
 // publisher publishes the live warehouse to warehouse.path between
