@@ -56,7 +56,11 @@ func printStatus(r *pipeline.StatusReport) {
 			b.Batch, b.At.Format(time.RFC3339), b.Events, b.Consistent, b.EventsPerSecond)
 	}
 	if s := r.Slot; s != nil {
-		fmt.Fprintf(w, "slot          %s: %d bytes behind the source's WAL (%s), active %v\n", s.Name, s.LagBytes, ago(s.LagSeconds), s.Active)
+		lag := "not streaming"
+		if s.LagSeconds != nil {
+			lag = ago(*s.LagSeconds)
+		}
+		fmt.Fprintf(w, "slot          %s: %d bytes behind the source's WAL (%s), active %v\n", s.Name, s.LagBytes, lag, s.Active)
 	}
 	for _, t := range r.Topics {
 		fmt.Fprintf(w, "consumer lag  %s: %d records\n", t.Topic, t.Lag)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/lakeflow/lakeflow/pipeline/config"
@@ -29,14 +30,27 @@ func ensureLive(cfg *config.Config, log *slog.Logger) error {
 		return nil // a new warehouse
 	}
 	log.Info("the live warehouse starts from warehouse.path", "live", w.Live, "from", w.Path)
-	if err := copyFile(w.Path+".wal", w.Live+".wal"); err != nil && !errors.Is(err, os.ErrNotExist) {
+	// A log is replayed onto whatever file it sits beside: the live one
+	// gets warehouse.path's, or none.
+	err := copyFile(w.Path+".wal", w.Live+".wal")
+	if errors.Is(err, os.ErrNotExist) {
+		err = os.Remove(w.Live + ".wal")
+		if errors.Is(err, os.ErrNotExist) {
+			err = nil
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("%w: copy %s.wal: %v", fault.ErrEnvironment, w.Path, err)
 	}
 	if err := copyFile(w.Path, w.Live); err != nil {
 		os.Remove(w.Live + ".wal")
 		return fmt.Errorf("%w: copy %s to %s: %v", fault.ErrEnvironment, w.Path, w.Live, err)
 	}
-	return nil
+	// warehouse.path's own log now belongs to the live file.
+	if err := os.Remove(w.Path + ".wal"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
+	}
+	return lake.Sync(filepath.Dir(w.Live))
 }
 
 // copyFile copies src to dst durably, under a temporary name first.
@@ -81,12 +95,20 @@ type publisher struct {
 
 // due publishes if the interval has passed and batches were committed
 // since the last copy, the last of them consistent (a copy holds no
-// transaction in part).
+// transaction in part). A copy that fails is retried after an interval:
+// the pipeline goes on (readers keep the last copy).
 func (p *publisher) due(ctx context.Context) error {
 	if p == nil || time.Now().Before(p.next) || !p.wh.Unpublished() || !p.wh.Consistent() {
 		return nil
 	}
-	return p.publish(ctx)
+	if err := p.publish(ctx); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		p.log.Warn("warehouse.path not published; retrying later", "err", err)
+		p.next = time.Now().Add(p.interval)
+	}
+	return nil
 }
 
 func (p *publisher) publish(ctx context.Context) error {
@@ -102,11 +124,9 @@ func (p *publisher) publish(ctx context.Context) error {
 	return nil
 }
 
-// final publishes what the last copy lacks: when no pipeline runs,
-// warehouse.path is all of the warehouse.
+// final publishes the warehouse as the run leaves it (rows written
+// between batches included: the run's own record, checks, interval
+// refreshes): when no pipeline runs, warehouse.path is all of it.
 func (p *publisher) final(ctx context.Context) error {
-	if !p.wh.Unpublished() {
-		return nil
-	}
 	return p.publish(context.WithoutCancel(ctx))
 }

@@ -31,6 +31,9 @@ func TestLiveStartsFromAnOlderLayout(t *testing.T) {
 			t.Fatalf("%s: %q, %v; want %q", p, got, err, want)
 		}
 	}
+	if _, err := os.Stat(cfg.Warehouse.Path + ".wal"); !os.IsNotExist(err) {
+		t.Fatalf("warehouse.path keeps its log, which would be replayed onto every copy: %v", err)
+	}
 	if err := os.WriteFile(cfg.Warehouse.Path, []byte("newer copy"), 0o644); err != nil {
 		t.Fatal(err)
 	}

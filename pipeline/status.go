@@ -56,10 +56,11 @@ type BatchStatus struct {
 
 // SlotStatus is how far the replication slot is behind the source's WAL.
 type SlotStatus struct {
-	Name       string  `json:"name"`
-	Active     bool    `json:"active"`
-	LagBytes   int64   `json:"lag_bytes"`
-	LagSeconds float64 `json:"lag_seconds"`
+	Name     string `json:"name"`
+	Active   bool   `json:"active"`
+	LagBytes int64  `json:"lag_bytes"`
+	// LagSeconds is PostgreSQL's flush lag while the slot streams.
+	LagSeconds *float64 `json:"lag_seconds,omitempty"`
 }
 
 // TopicLag is how many records of a topic the published warehouse has
@@ -225,9 +226,7 @@ func (r *StatusReport) slot(ctx context.Context, cfg *config.Config) {
 		r.Notes = append(r.Notes, fmt.Sprintf("no replication slot %s at the source", s.Name))
 		return
 	}
-	if lag != nil {
-		s.LagSeconds = *lag
-	}
+	s.LagSeconds = lag
 	r.Slot = &s
 }
 

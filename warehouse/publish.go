@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/lakeflow/lakeflow/pipeline/fault"
@@ -19,19 +20,23 @@ import (
 // gets the newest, and neither waits for the pipeline.
 
 // Publish copies the warehouse, as of its last committed batch, to path,
-// atomically, with lakeflow.published saying which batch and source
-// position the copy holds; it returns how long that took.
+// atomically, with lakeflow.published saying which batch the copy holds,
+// whether it ended at a source transaction boundary, and the source
+// position of the last one that did; it returns how long that took.
 func (w *Warehouse) Publish(ctx context.Context, path string) (time.Duration, error) {
 	t0 := time.Now()
 	tmp := fmt.Sprintf("%s.%d.publishing", path, os.Getpid())
 	// Copies a killed process left half made (and their WAL) go first.
-	stale, err := filepath.Glob(path + ".*.publishing*")
+	entries, err := os.ReadDir(filepath.Dir(path))
 	if err != nil {
 		return 0, err
 	}
-	for _, p := range stale {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return 0, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
+	for _, e := range entries {
+		name := e.Name()
+		if rest, ok := strings.CutPrefix(name, filepath.Base(path)+"."); ok && strings.Contains(rest, ".publishing") {
+			if err := os.Remove(filepath.Join(filepath.Dir(path), name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return 0, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
+			}
 		}
 	}
 	var db string
@@ -41,9 +46,10 @@ func (w *Warehouse) Publish(ctx context.Context, path string) (time.Duration, er
 	stmts := []string{
 		"ATTACH " + literal(tmp) + " AS lakeflow_publish",
 		fmt.Sprintf("COPY FROM DATABASE %s TO lakeflow_publish", ident(db)),
-		fmt.Sprintf(`CREATE TABLE lakeflow_publish.lakeflow.published AS
-			SELECT %d AS batch, (SELECT max(lsn) FILTER (consistent) FROM lakeflow.batches) AS _cdc_seq,
-			(SELECT arg_max(commit_ts, batch) FILTER (consistent) FROM lakeflow.batches) AS commit_ts, now() AS published_at`, w.batch),
+		// (A live file made from a copy has one already.)
+		fmt.Sprintf(`CREATE OR REPLACE TABLE lakeflow_publish.lakeflow.published AS
+			SELECT %d AS batch, %t AS consistent, (SELECT max(lsn) FILTER (consistent) FROM lakeflow.batches) AS _cdc_seq,
+			(SELECT arg_max(commit_ts, batch) FILTER (consistent) FROM lakeflow.batches) AS commit_ts, now() AS published_at`, w.batch, !w.midTransaction),
 	}
 	err = w.exec(ctx, stmts)
 	if _, derr := w.conn.ExecContext(context.WithoutCancel(ctx), "DETACH DATABASE IF EXISTS lakeflow_publish"); err == nil {
@@ -51,6 +57,13 @@ func (w *Warehouse) Publish(ctx context.Context, path string) (time.Duration, er
 	}
 	if err == nil {
 		err = lake.Sync(tmp)
+	}
+	if err == nil {
+		// DuckDB replays a log beside a file on open, whoever wrote it:
+		// one an older lakeflow left there would corrupt every copy.
+		if rerr := os.Remove(path + ".wal"); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = rerr
+		}
 	}
 	if err == nil {
 		err = os.Rename(tmp, path)

@@ -658,4 +658,17 @@ func TestPublishReplacesTheCopyAndItsLeftovers(t *testing.T) {
 	if left, _ := filepath.Glob(path + ".*"); len(left) != 0 {
 		t.Errorf("left beside the copy: %v", left)
 	}
+	// A live warehouse made from a copy (the live file lost) publishes too.
+	f.close()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.dir, "w.duckdb"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.open()
+	if _, err := f.wh.Publish(context.Background(), path); err != nil {
+		t.Fatalf("publishing a warehouse made from a copy: %v", err)
+	}
 }
