@@ -230,36 +230,40 @@ func (r *StatusReport) slot(ctx context.Context, cfg *config.Config) {
 	r.Slot = &s
 }
 
-// consumerLag compares Kafka's end offsets with the offsets the published
-// warehouse holds, if Kafka answers.
+// consumerLag compares Kafka's end offsets, for every table topic and the
+// watermark topic, with the offsets the published warehouse holds (none
+// yet for a topic no batch has read: all of it is lag), if Kafka answers.
 func (r *StatusReport) consumerLag(ctx context.Context, cfg *config.Config, rd *warehouse.Reader) {
 	brokers := cfg.Kafka.Brokers
 	if cfg.Kafka.Embedded() {
 		brokers = []string{cfg.Kafka.Listen}
 	}
-	committed, err := rd.Query(ctx, `SELECT topic, "partition", next_offset FROM lakeflow.offsets o
-		WHERE topic IN (SELECT topic FROM lakeflow.tables)`, false)
+	committed, err := rd.Query(ctx, fmt.Sprintf(`SELECT t.topic, o."partition", o.next_offset
+		FROM (SELECT topic FROM lakeflow.tables UNION SELECT %s) t LEFT JOIN lakeflow.offsets o USING (topic) ORDER BY ALL`,
+		quoteLiteral(kafka.WatermarkTopic(cfg.Kafka.TopicPrefix))), false)
 	if err != nil || len(committed.Rows) == 0 {
 		return
+	}
+	var topics []string
+	next := map[string]map[int32]int64{}
+	for _, row := range committed.Rows {
+		if next[*row[0]] == nil {
+			next[*row[0]] = map[int32]int64{}
+			topics = append(topics, *row[0])
+		}
+		if row[1] != nil && row[2] != nil {
+			var part int32
+			var off int64
+			fmt.Sscan(*row[1], &part)
+			fmt.Sscan(*row[2], &off)
+			next[*row[0]][part] = off
+		}
 	}
 	cons, err := kafka.NewConsumer(kafka.Config{Brokers: brokers, Prefix: cfg.Kafka.TopicPrefix})
 	if err != nil {
 		return
 	}
 	defer cons.Close()
-	var topics []string
-	next := map[string]map[int32]int64{}
-	for _, row := range committed.Rows {
-		var part int32
-		var off int64
-		fmt.Sscan(*row[1], &part)
-		fmt.Sscan(*row[2], &off)
-		if next[*row[0]] == nil {
-			next[*row[0]] = map[int32]int64{}
-			topics = append(topics, *row[0])
-		}
-		next[*row[0]][part] = off
-	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	end, err := cons.EndOffsets(ctx, topics)
@@ -275,3 +279,6 @@ func (r *StatusReport) consumerLag(ctx context.Context, cfg *config.Config, rd *
 		r.Topics = append(r.Topics, TopicLag{Topic: t, Lag: lag})
 	}
 }
+
+// quoteLiteral quotes a SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
