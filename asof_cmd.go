@@ -143,11 +143,7 @@ func listPositions(c *cli.Context) error {
 			commit = b.Commit.Format(time.RFC3339Nano)
 		}
 		vals := []string{fmt.Sprintf("batch:%d", b.Batch), b.Seq.String(), fmt.Sprint(uint64(b.Seq)), commit}
-		row := make([]*string, len(vals))
-		for i := range vals {
-			row[i] = &vals[i]
-		}
-		res.Rows = append(res.Rows, row)
+		res.Rows = append(res.Rows, textRow(vals...))
 		res.JSON = append(res.JSON, fmt.Sprintf(`{"position":%q,"lsn":%q,"_cdc_seq":%d,"commit_ts":%q}`, vals[0], vals[1], uint64(b.Seq), commit))
 	}
 	return printResult(os.Stdout, res, c.String("format"))

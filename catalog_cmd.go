@@ -90,11 +90,7 @@ func catalogTable(cat catalog.Catalog) warehouse.Result {
 		}
 		vals := []string{d.Name, string(d.Kind), d.Owner, strings.Join(d.Consumers, ", "), d.Cadence, fresh,
 			fmt.Sprint(len(d.Columns)), strings.Join(d.DerivedFrom, ", ")}
-		row := make([]*string, len(vals))
-		for i := range vals {
-			row[i] = &vals[i]
-		}
-		res.Rows = append(res.Rows, row)
+		res.Rows = append(res.Rows, textRow(vals...))
 		res.JSON = append(res.JSON, d.JSON())
 	}
 	return res

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -54,9 +53,7 @@ func checkCommand() *cli.Command {
 				return err
 			}
 			if c.Bool("json") {
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(report); err != nil {
+				if err := printJSON(report); err != nil {
 					return err
 				}
 			} else if err := printReport(report); err != nil {
@@ -90,11 +87,7 @@ func printReport(r *pipeline.CheckReport) error {
 				what += "; e.g. " + strings.Join(f.Examples, ", ")
 			}
 			vals := []string{f.Severity, f.Part, f.Check, f.Dataset, fmt.Sprint(f.Count), what, f.Fix}
-			row := make([]*string, len(vals))
-			for i := range vals {
-				row[i] = &vals[i]
-			}
-			res.Rows = append(res.Rows, row)
+			res.Rows = append(res.Rows, textRow(vals...))
 		}
 		if err := printResult(os.Stdout, res, "text"); err != nil {
 			return err

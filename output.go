@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/csv"
+	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"unicode/utf8"
 
@@ -22,6 +24,22 @@ func checkFormat(f string) error {
 		}
 	}
 	return fmt.Errorf("%w: --format %q: want %s", fault.ErrConfig, f, strings.Join(formats, ", "))
+}
+
+// textRow is a result row of the given values (none NULL).
+func textRow(vals ...string) []*string {
+	row := make([]*string, len(vals))
+	for i := range vals {
+		row[i] = &vals[i]
+	}
+	return row
+}
+
+// printJSON prints v as indented JSON.
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // printResult prints a query result: aligned text (NULL shown as NULL),

@@ -403,11 +403,7 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 	c.stats.quarantined.Add(int64(st.Quarantined))
 	c.stats.phases.Add(st)
 	if c.metrics != nil {
-		var wm *warehouseWatermark
-		if batch.Watermark != nil {
-			wm = &warehouseWatermark{seq: uint64(batch.Watermark.Seq), commitUS: batch.Watermark.Commit}
-		}
-		c.metrics.batch(st, wm, time.Since(applyStart))
+		c.metrics.batch(st, batch.Watermark, time.Since(applyStart))
 		c.metrics.pending.Set(float64(len(c.pending)))
 	}
 	if len(st.Dead) > 0 {

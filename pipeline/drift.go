@@ -24,8 +24,8 @@ type dayStats struct {
 // driftRows is how many changes each day needs before drift is judged.
 const driftRows = 20
 
-// driftSQL gives, for the last two closed days (newest first), the
-// changes (inserts, updates, snapshot rows) of t in its lake view and,
+// driftSQL gives, for the last two closed days (newest first), the count
+// of changes (inserts, updates, snapshot rows) of t in its lake view and,
 // per column, the non-NULL and distinct counts of their new values.
 func driftSQL(t *change.Table, view string) string {
 	cols := []string{"count(*)"}
@@ -33,9 +33,9 @@ func driftSQL(t *change.Table, view string) string {
 		v := "after." + quoteIdent(c.Name)
 		cols = append(cols, "count("+v+")", "count(DISTINCT "+v+")")
 	}
-	return fmt.Sprintf(`SELECT _commit_ts::DATE AS day, %s FROM %s
-		WHERE op IN ('c', 'u', 'r') AND _commit_ts::DATE IN (current_date - 1, current_date - 2) GROUP BY 1 ORDER BY 1 DESC`,
-		strings.Join(cols, ", "), view)
+	return fmt.Sprintf(`SELECT %s FROM %s
+		WHERE op IN ('c', 'u', 'r') AND _commit_ts::DATE IN (current_date - 1, current_date - 2)
+		GROUP BY _commit_ts::DATE ORDER BY _commit_ts::DATE DESC`, strings.Join(cols, ", "), view)
 }
 
 // driftFindings judges the last closed day's stats against the day
@@ -63,7 +63,7 @@ func driftFindings(t *change.Table, dataset string, last, before dayStats) []Fin
 
 // drift runs the column drift checks of t over its lake view.
 func (r *CheckReport) drift(ctx context.Context, view *AsOf, t *change.Table) error {
-	rows, err := view.QueryRows(ctx, driftSQL(t, "lake."+quoteIdent(change.SafeName(t.Name))))
+	rows, err := view.Counts(ctx, driftSQL(t, "lake."+quoteIdent(change.SafeName(t.Name))))
 	if err != nil {
 		return err
 	}
@@ -74,10 +74,10 @@ func (r *CheckReport) drift(ctx context.Context, view *AsOf, t *change.Table) er
 	stats := make([]dayStats, 2)
 	for d := range stats {
 		row := rows[d]
-		stats[d].n = row[1]
+		stats[d].n = row[0]
 		for i := range t.Columns {
-			stats[d].nonNull = append(stats[d].nonNull, row[2+2*i])
-			stats[d].distinct = append(stats[d].distinct, row[3+2*i])
+			stats[d].nonNull = append(stats[d].nonNull, row[1+2*i])
+			stats[d].distinct = append(stats[d].distinct, row[2+2*i])
 		}
 	}
 	found := driftFindings(t, "silver."+t.Name, stats[0], stats[1])

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/warehouse"
 )
@@ -57,11 +58,9 @@ func newMetrics() *metrics {
 	return m
 }
 
-// batch records a committed batch.
-func (m *metrics) batch(st warehouse.BatchStats, wm *warehouseWatermark, took time.Duration) {
-	if m == nil {
-		return
-	}
+// batch records a committed batch and its watermark (nil: it did not end
+// at one).
+func (m *metrics) batch(st warehouse.BatchStats, wm *change.Watermark, took time.Duration) {
 	m.events.Add(float64(st.Events))
 	m.batches.Inc()
 	m.files.Add(float64(st.LakeFiles))
@@ -71,17 +70,11 @@ func (m *metrics) batch(st warehouse.BatchStats, wm *warehouseWatermark, took ti
 	now := time.Now()
 	m.lastBatch.Set(float64(now.UnixNano()) / 1e9)
 	if wm != nil {
-		m.consistentSeq.Set(float64(wm.seq))
-		if wm.commitUS > 0 {
-			m.freshness.Observe(now.Sub(time.UnixMicro(wm.commitUS)).Seconds())
+		m.consistentSeq.Set(float64(wm.Seq))
+		if wm.Commit > 0 {
+			m.freshness.Observe(now.Sub(time.UnixMicro(wm.Commit)).Seconds())
 		}
 	}
-}
-
-// warehouseWatermark is what metrics need of a batch's watermark.
-type warehouseWatermark struct {
-	seq      uint64
-	commitUS int64
 }
 
 // serve exposes the metrics at addr (a port alone binds loopback) under

@@ -238,26 +238,28 @@ func (r *StatusReport) consumerLag(ctx context.Context, cfg *config.Config, rd *
 	if cfg.Kafka.Embedded() {
 		brokers = []string{cfg.Kafka.Listen}
 	}
-	committed, err := rd.Query(ctx, fmt.Sprintf(`SELECT t.topic, o."partition", o.next_offset
-		FROM (SELECT topic FROM lakeflow.tables UNION SELECT %s) t LEFT JOIN lakeflow.offsets o USING (topic) ORDER BY ALL`,
-		quoteLiteral(kafka.WatermarkTopic(cfg.Kafka.TopicPrefix))), false)
-	if err != nil || len(committed.Rows) == 0 {
+	tables, err := rd.Query(ctx, "SELECT topic FROM lakeflow.tables ORDER BY topic", false)
+	if err != nil || len(tables.Rows) == 0 {
 		return
 	}
-	var topics []string
+	committed, err := rd.Query(ctx, `SELECT topic, "partition", next_offset FROM lakeflow.offsets`, false)
+	if err != nil {
+		return
+	}
+	topics := []string{kafka.WatermarkTopic(cfg.Kafka.TopicPrefix)}
+	for _, row := range tables.Rows {
+		topics = append(topics, *row[0])
+	}
 	next := map[string]map[int32]int64{}
 	for _, row := range committed.Rows {
+		var part int32
+		var off int64
+		fmt.Sscan(*row[1], &part)
+		fmt.Sscan(*row[2], &off)
 		if next[*row[0]] == nil {
 			next[*row[0]] = map[int32]int64{}
-			topics = append(topics, *row[0])
 		}
-		if row[1] != nil && row[2] != nil {
-			var part int32
-			var off int64
-			fmt.Sscan(*row[1], &part)
-			fmt.Sscan(*row[2], &off)
-			next[*row[0]][part] = off
-		}
+		next[*row[0]][part] = off
 	}
 	cons, err := kafka.NewConsumer(kafka.Config{Brokers: brokers, Prefix: cfg.Kafka.TopicPrefix})
 	if err != nil {
@@ -279,6 +281,3 @@ func (r *StatusReport) consumerLag(ctx context.Context, cfg *config.Config, rd *
 		r.Topics = append(r.Topics, TopicLag{Topic: t, Lag: lag})
 	}
 }
-
-// quoteLiteral quotes a SQL string literal.
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

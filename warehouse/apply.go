@@ -54,6 +54,18 @@ type BatchStats struct {
 	Commit              time.Duration // commit and publish
 }
 
+// laps returns a stopwatch: each call gives the time since the one
+// before (since laps, the first time).
+func laps() func() time.Duration {
+	lap := time.Now()
+	return func() time.Duration {
+		now := time.Now()
+		d := now.Sub(lap)
+		lap = now
+		return d
+	}
+}
+
 // Add adds b's time per phase to st's.
 func (st *BatchStats) Add(b BatchStats) {
 	st.Stage += b.Stage
@@ -117,13 +129,7 @@ func (w *Warehouse) Apply(ctx context.Context, b Batch) (BatchStats, error) {
 }
 
 func (w *Warehouse) applyInTx(ctx context.Context, b Batch, touched map[*table]bool, st *BatchStats) ([]lake.File, error) {
-	lap := time.Now()
-	since := func() time.Duration {
-		now := time.Now()
-		d := now.Sub(lap)
-		lap = now
-		return d
-	}
+	since := laps()
 	if err := w.stage(ctx, b.Records); err != nil {
 		return nil, err
 	}

@@ -103,13 +103,7 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 	lo := uint64(0)
 	for _, hi := range bounds {
 		var bs BatchStats
-		lap := time.Now()
-		since := func() time.Duration {
-			now := time.Now()
-			d := now.Sub(lap)
-			lap = now
-			return d
-		}
+		since := laps()
 		err := w.inTx(ctx, func(ctx context.Context) error {
 			rows := map[*table]rowsInfo{}
 			var touched []*table

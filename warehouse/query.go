@@ -1,0 +1,106 @@
+package warehouse
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+)
+
+// Query results as text, for lakeflow asof, sql and the other commands
+// that print what a query gives.
+
+// Result is a query's result as text: each value as DuckDB casts it to
+// VARCHAR (nil: NULL); or, with JSON, each row as a JSON object.
+type Result struct {
+	Columns []string
+	Rows    [][]*string
+	JSON    []string
+}
+
+// Query runs a read-only query and returns its result as text (or JSON
+// rows), in the query's order.
+func (w *Warehouse) Query(ctx context.Context, q string, asJSON bool) (Result, error) {
+	if _, err := w.conn.ExecContext(ctx, "SET preserve_insertion_order = true"); err != nil {
+		return Result{}, err
+	}
+	return query(ctx, w.conn, q, asJSON)
+}
+
+// query runs q on conn and returns its result as text (or JSON rows).
+func query(ctx context.Context, conn *sql.Conn, q string, asJSON bool) (Result, error) {
+	var res Result
+	q = strings.TrimRight(strings.TrimSpace(q), "; \t\n")
+	wrapped := fmt.Sprintf("SELECT COLUMNS(*)::VARCHAR FROM (%s\n)", q)
+	if asJSON {
+		wrapped = fmt.Sprintf("SELECT to_json(lakeflow_row)::VARCHAR FROM (%s\n) AS lakeflow_row", q)
+	}
+	rows, err := conn.QueryContext(ctx, wrapped)
+	if err != nil {
+		return res, err
+	}
+	defer rows.Close()
+	if res.Columns, err = rows.Columns(); err != nil {
+		return res, err
+	}
+	for rows.Next() {
+		vals := make([]*string, len(res.Columns))
+		ptrs := make([]any, len(vals))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return res, err
+		}
+		if asJSON {
+			res.JSON = append(res.JSON, finiteJSON(*vals[0]))
+			continue
+		}
+		res.Rows = append(res.Rows, vals)
+	}
+	return res, rows.Err()
+}
+
+// QueryRow runs a query of one row into dst.
+func (w *Warehouse) QueryRow(ctx context.Context, q string, dst ...any) error {
+	return w.conn.QueryRowContext(ctx, q).Scan(dst...)
+}
+
+// finiteJSON makes DuckDB's JSON text valid JSON: the non-finite floats
+// it writes bare (NaN, Infinity, -Infinity) become null.
+func finiteJSON(s string) string {
+	if !strings.Contains(s, "NaN") && !strings.Contains(s, "Infinity") {
+		return s
+	}
+	var b strings.Builder
+	inString := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !inString {
+			if tok := nonFinite(s[i:]); tok != "" {
+				b.WriteString("null")
+				i += len(tok) - 1
+				continue
+			}
+		}
+		b.WriteByte(c)
+		switch {
+		case c == '"':
+			inString = !inString
+		case c == '\\' && inString && i+1 < len(s):
+			i++
+			b.WriteByte(s[i])
+		}
+	}
+	return b.String()
+}
+
+// nonFinite is the non-finite float token s starts with, or "".
+func nonFinite(s string) string {
+	for _, tok := range []string{"-Infinity", "Infinity", "NaN"} {
+		if strings.HasPrefix(s, tok) {
+			return tok
+		}
+	}
+	return ""
+}
