@@ -26,12 +26,7 @@ func newChecker() (*checker, error) {
 		return nil, err
 	}
 	db.SetMaxOpenConns(1)
-	fns, err := functionKinds(db)
-	if err != nil {
-		db.Close()
-		return nil, err
-	}
-	return &checker{db: db, fns: fns}, nil
+	return &checker{db: db, fns: functions{known: map[string]bool{}, aggregate: map[string]bool{}, unstable: map[string]bool{}}}, nil
 }
 
 func (ck *checker) close() error { return ck.db.Close() }
@@ -40,26 +35,50 @@ func (ck *checker) close() error { return ck.db.Close() }
 // expression over a row of the table's columns, without subqueries,
 // aggregates, window functions or volatile functions. DuckDB parses and
 // binds it, so an unknown column, a type error or a syntax error is found
-// here, not in the middle of a batch.
+// here, not in the middle of a batch. Every command loads the contracts:
+// a contract's expressions are parsed in one query and bound in another
+// (a query each cost most of a command's start).
 func (ck *checker) checkRules(c *Contract) error {
-	db, fns := ck.db, ck.fns
-	row := RowSQL(c)
-	var problems []error
+	var rules []Rule
+	var queries []string
 	for _, r := range c.Rules {
-		if r.Check == "" {
-			continue
-		}
-		if err := checkExpression(db, row, r.Check, fns); err != nil {
-			problems = append(problems, fmt.Errorf("%s:%d: rule %s: %v", c.File, r.line, r.Name, err))
+		if r.Check != "" {
+			rules = append(rules, r)
+			queries = append(queries, "SELECT "+r.Check)
 		}
 	}
 	for _, ch := range c.Checks {
-		// Bound when it runs (it reads other tables); parsed here.
-		if err := parses(db, ch.SQL); err != nil {
+		queries = append(queries, ch.SQL) // bound when it runs (it reads other tables); parsed here
+	}
+	trees, err := ck.serialize(queries)
+	if err != nil {
+		return err
+	}
+	var problems, bad []error
+	var used []string
+	for i := range rules {
+		used = funcNames(trees[i], used)
+	}
+	if err := ck.fns.learn(ck.db, used); err != nil {
+		return err
+	}
+	var parsed []Rule
+	for i, r := range rules {
+		if err := checkExpression(trees[i], r.Check, ck.fns); err != nil {
+			problems = append(problems, fmt.Errorf("%s:%d: rule %s: %v", c.File, r.line, r.Name, err))
+			continue
+		}
+		parsed = append(parsed, r)
+	}
+	for i, ch := range c.Checks {
+		if err := oneStatement(trees[len(rules)+i]); err != nil {
 			problems = append(problems, fmt.Errorf("%s:%d: check %s: %v", c.File, ch.line, ch.Name, err))
 		}
 	}
-	return errors.Join(problems...)
+	if bad, err = ck.bind(c, parsed); err != nil {
+		return err
+	}
+	return errors.Join(append(problems, bad...)...)
 }
 
 // RowSQL is a one-row relation with the contract's columns as DuckDB
@@ -72,54 +91,68 @@ func RowSQL(c *Contract) string {
 	return "SELECT " + strings.Join(cols, ", ")
 }
 
-// parses says whether query is one SELECT DuckDB can parse.
-func parses(db *sql.DB, query string) error {
-	var raw string
-	if err := db.QueryRow("SELECT json_serialize_sql(?::VARCHAR)::VARCHAR", query).Scan(&raw); err != nil {
-		return err
+// tree is DuckDB's json_serialize_sql of a query.
+type tree struct {
+	Error      bool   `json:"error"`
+	Message    string `json:"error_message"`
+	Statements []struct {
+		Node map[string]any `json:"node"`
+	} `json:"statements"`
+}
+
+// serialize parses queries with DuckDB, all in one query.
+func (ck *checker) serialize(queries []string) ([]tree, error) {
+	out := make([]tree, len(queries))
+	if len(queries) == 0 {
+		return out, nil
 	}
-	var tree struct {
-		Error      bool   `json:"error"`
-		Message    string `json:"error_message"`
-		Statements []any  `json:"statements"`
+	lits := make([]string, len(queries))
+	for i, q := range queries {
+		lits[i] = "'" + strings.ReplaceAll(q, "'", "''") + "'"
 	}
-	if err := json.Unmarshal([]byte(raw), &tree); err != nil {
-		return err
+	rows, err := ck.db.Query(fmt.Sprintf("SELECT i, json_serialize_sql(q[i])::VARCHAR FROM (SELECT [%s] AS q), range(1, %d) AS r(i)",
+		strings.Join(lits, ", "), len(queries)+1))
+	if err != nil {
+		return nil, err
 	}
+	defer rows.Close()
+	for rows.Next() {
+		var i int
+		var raw string
+		if err := rows.Scan(&i, &raw); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal([]byte(raw), &out[i-1]); err != nil {
+			return nil, err
+		}
+	}
+	return out, rows.Err()
+}
+
+// oneStatement says whether a parsed query is one statement.
+func oneStatement(t tree) error {
 	switch {
-	case tree.Error:
-		return errors.New(tree.Message)
-	case len(tree.Statements) != 1:
-		return fmt.Errorf("want one SELECT, got %d statements", len(tree.Statements))
+	case t.Error:
+		return errors.New(t.Message)
+	case len(t.Statements) != 1:
+		return fmt.Errorf("want one SELECT, got %d statements", len(t.Statements))
 	}
 	return nil
 }
 
-func checkExpression(db *sql.DB, row, check string, fns functions) error {
-	var ast string
-	if err := db.QueryRow("SELECT json_serialize_sql(?::VARCHAR)::VARCHAR", "SELECT "+check).Scan(&ast); err != nil {
-		return err
-	}
-	var tree struct {
-		Error      bool   `json:"error"`
-		Message    string `json:"error_message"`
-		Statements []struct {
-			Node map[string]any `json:"node"`
-		} `json:"statements"`
-	}
-	if err := json.Unmarshal([]byte(ast), &tree); err != nil {
-		return err
-	}
-	if tree.Error {
-		if strings.Contains(tree.Message, "Only SELECT statements") {
+// checkExpression checks that a parsed "SELECT <check>" selects one
+// expression of the kinds a rule may use.
+func checkExpression(t tree, check string, fns functions) error {
+	if t.Error {
+		if strings.Contains(t.Message, "Only SELECT statements") {
 			return fmt.Errorf("check %q is not one expression: it holds a statement", check)
 		}
-		return fmt.Errorf("check %q does not parse: %s", check, tree.Message)
+		return fmt.Errorf("check %q does not parse: %s", check, t.Message)
 	}
-	if len(tree.Statements) != 1 {
+	if len(t.Statements) != 1 {
 		return fmt.Errorf("check %q is not one expression", check)
 	}
-	node := tree.Statements[0].Node
+	node := t.Statements[0].Node
 	list, _ := node["select_list"].([]any)
 	from, _ := node["from_table"].(map[string]any)
 	if len(list) != 1 || from["type"] != "EMPTY" || node["where_clause"] != nil || len(node["modifiers"].([]any)) > 0 {
@@ -128,15 +161,60 @@ func checkExpression(db *sql.DB, row, check string, fns functions) error {
 	if err := walk(list[0], fns); err != nil {
 		return fmt.Errorf("check %q: %v", check, err)
 	}
-	var typ string
-	err := db.QueryRow(fmt.Sprintf("SELECT column_type FROM (DESCRIBE SELECT (%s) AS verdict FROM (%s))", check, row)).Scan(&typ)
-	if err != nil {
-		return fmt.Errorf("check %q: %s", check, strings.Join(strings.Fields(err.Error()), " "))
-	}
-	if typ != "BOOLEAN" {
-		return fmt.Errorf("check %q is a %s, not a condition (true or false)", check, typ)
-	}
 	return nil
+}
+
+// bind binds the rules' checks against a row of c's columns, all in one
+// DESCRIBE, or if that fails each alone, to name those that do not bind;
+// a check must be a condition (BOOLEAN). It returns what is wrong with
+// the rules.
+func (ck *checker) bind(c *Contract, rules []Rule) ([]error, error) {
+	if len(rules) == 0 {
+		return nil, nil
+	}
+	row := RowSQL(c)
+	describe := func(rs []Rule) ([]string, error) {
+		cols := make([]string, len(rs))
+		for i, r := range rs {
+			cols[i] = fmt.Sprintf("(%s) AS v%d", r.Check, i)
+		}
+		rows, err := ck.db.Query(fmt.Sprintf("SELECT column_type FROM (DESCRIBE SELECT %s FROM (%s))", strings.Join(cols, ", "), row))
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var types []string
+		for rows.Next() {
+			var typ string
+			if err := rows.Scan(&typ); err != nil {
+				return nil, err
+			}
+			types = append(types, typ)
+		}
+		return types, rows.Err()
+	}
+	var problems []error
+	types, err := describe(rules)
+	if err != nil {
+		types = make([]string, len(rules))
+		for i, r := range rules {
+			one, err := describe([]Rule{r})
+			if err != nil {
+				problems = append(problems, fmt.Errorf("%s:%d: rule %s: check %q: %s", c.File, r.line, r.Name, r.Check, strings.Join(strings.Fields(err.Error()), " ")))
+				continue
+			}
+			types[i] = one[0]
+		}
+	}
+	if len(types) != len(rules) {
+		return nil, fmt.Errorf("binding the rules of %s gave %d types for %d rules", c.File, len(types), len(rules))
+	}
+	for i, r := range rules {
+		if types[i] != "" && types[i] != "BOOLEAN" {
+			problems = append(problems, fmt.Errorf("%s:%d: rule %s: check %q is a %s, not a condition (true or false)", c.File, r.line, r.Name, r.Check, types[i]))
+		}
+	}
+	return problems, nil
 }
 
 // walk refuses subqueries, window functions, aggregates and functions
@@ -174,25 +252,61 @@ func walk(n any, fns functions) error {
 	return nil
 }
 
-// functions classifies DuckDB's functions: aggregates, and those whose
-// answer is not a function of their arguments (random(), now(), error()).
+// functions classifies the DuckDB functions rules call: aggregates, and
+// those whose answer is not a function of their arguments (random(),
+// now(), error()).
 type functions struct {
-	aggregate, unstable map[string]bool
+	known, aggregate, unstable map[string]bool
 }
 
-func functionKinds(db *sql.DB) (functions, error) {
-	fns := functions{aggregate: map[string]bool{}, unstable: map[string]bool{}}
-	rows, err := db.Query(`SELECT DISTINCT function_name, function_type = 'aggregate', stability <> 'CONSISTENT' FROM duckdb_functions()
-		WHERE function_type IN ('aggregate', 'scalar', 'macro')`)
+// funcNames adds the names of the functions a tree calls to names.
+func funcNames(n any, names []string) []string {
+	switch v := n.(type) {
+	case tree:
+		for _, st := range v.Statements {
+			names = funcNames(st.Node, names)
+		}
+	case map[string]any:
+		if v["class"] == "FUNCTION" {
+			name, _ := v["function_name"].(string)
+			names = append(names, strings.ToLower(name))
+		}
+		for _, c := range v {
+			names = funcNames(c, names)
+		}
+	case []any:
+		for _, c := range v {
+			names = funcNames(c, names)
+		}
+	}
+	return names
+}
+
+// learn classifies the functions named that it does not know yet, in one
+// query (listing every function costs more than all the rest of loading
+// the contracts).
+func (fns functions) learn(db *sql.DB, names []string) error {
+	var ask []string
+	for _, n := range names {
+		if !fns.known[n] {
+			fns.known[n] = true
+			ask = append(ask, "'"+strings.ReplaceAll(n, "'", "''")+"'")
+		}
+	}
+	if len(ask) == 0 {
+		return nil
+	}
+	rows, err := db.Query(fmt.Sprintf(`SELECT DISTINCT function_name, function_type = 'aggregate', stability <> 'CONSISTENT' FROM duckdb_functions()
+		WHERE function_type IN ('aggregate', 'scalar', 'macro') AND function_name IN (%s)`, strings.Join(ask, ", ")))
 	if err != nil {
-		return fns, err
+		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var n string
 		var agg, unstable sql.NullBool
 		if err := rows.Scan(&n, &agg, &unstable); err != nil {
-			return fns, err
+			return err
 		}
 		if agg.Bool {
 			fns.aggregate[n] = true
@@ -201,7 +315,7 @@ func functionKinds(db *sql.DB) (functions, error) {
 			fns.unstable[n] = true
 		}
 	}
-	return fns, rows.Err()
+	return rows.Err()
 }
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
