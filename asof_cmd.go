@@ -92,11 +92,7 @@ func asofCommand() *cli.Command {
 			if n := c.Int("limit"); n > 0 {
 				q = fmt.Sprintf("SELECT * FROM (%s\n) LIMIT %d", strings.TrimRight(strings.TrimSpace(q), ";"), n)
 			}
-			res, err := a.Query(c.Context, q, c.String("format") == "json")
-			if err != nil {
-				return fmt.Errorf("%w: %v", fault.ErrConfig, err)
-			}
-			return printResult(os.Stdout, res, c.String("format"))
+			return printQuery(c, a, q)
 		},
 	}
 }

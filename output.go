@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/urfave/cli/v2"
 
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/warehouse"
@@ -40,6 +43,29 @@ func printJSON(v any) error {
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// querier runs the user's queries: the warehouse, or an as-of one.
+type querier interface {
+	Query(ctx context.Context, q string, asJSON bool) (warehouse.Result, error)
+	CSV(ctx context.Context, q string, out io.Writer) error
+}
+
+// printQuery prints the result of the user's query q in the command's
+// --format. A query DuckDB refuses is the user's to fix.
+func printQuery(c *cli.Context, db querier, q string) error {
+	format := c.String("format")
+	if format == "csv" {
+		if err := db.CSV(c.Context, q, os.Stdout); err != nil {
+			return fmt.Errorf("%w: %v", fault.ErrConfig, err)
+		}
+		return nil
+	}
+	res, err := db.Query(c.Context, q, format == "json")
+	if err != nil {
+		return fmt.Errorf("%w: %v", fault.ErrConfig, err)
+	}
+	return printResult(os.Stdout, res, format)
 }
 
 // printResult prints a query result: aligned text (NULL shown as NULL),

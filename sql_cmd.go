@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/urfave/cli/v2"
 
@@ -35,11 +34,7 @@ func sqlCommand() *cli.Command {
 				return err
 			}
 			defer r.Close()
-			res, err := r.Query(c.Context, c.Args().First(), c.String("format") == "json")
-			if err != nil {
-				return fmt.Errorf("%w: %v", fault.ErrConfig, err)
-			}
-			return printResult(os.Stdout, res, c.String("format"))
+			return printQuery(c, r, c.Args().First())
 		},
 	}
 }

@@ -151,7 +151,16 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 	if err := wh.SetContracts(ctx, set); err != nil {
 		return fail(err)
 	}
-	if a.Stats, err = wh.Replay(ctx, warehouse.ReplayScope{Upto: &a.Bound, Tables: tables}); err != nil {
+	scope := warehouse.ReplayScope{Upto: &a.Bound, Tables: tables}
+	if silverOnly {
+		// The tables its rules read are judged, not merged.
+		for _, s := range ls.Newest() {
+			if "silver."+quoteIdent(s.Table.Name) == a.Relation {
+				scope.Apply = map[string]bool{s.Table.ID(): true}
+			}
+		}
+	}
+	if a.Stats, err = wh.Replay(ctx, scope); err != nil {
 		return fail(err)
 	}
 	if !silverOnly {

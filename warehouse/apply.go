@@ -194,6 +194,9 @@ type rowsInfo struct {
 	// empty says silver holds no row of the table yet (a replay's first
 	// chunk): its newest changes are inserted, with nothing to merge.
 	empty bool
+	// judgeOnly says the rows are there for the rules of the tables that
+	// reference the table: they are judged, not applied (ReplayScope.Apply).
+	judgeOnly bool
 }
 
 // applyRows applies the decoded rows of the batch's tables (order): the
@@ -205,6 +208,7 @@ func (w *Warehouse) applyRows(ctx context.Context, order []*table, rows map[*tab
 		return err
 	}
 	st.Rules = since()
+	order = slices.DeleteFunc(slices.Clone(order), func(t *table) bool { return rows[t].judgeOnly })
 	for _, t := range order {
 		if t.history {
 			if err := w.recordHistory(ctx, t, rows[t].truncates); err != nil {
@@ -218,12 +222,11 @@ func (w *Warehouse) applyRows(ctx context.Context, order []*table, rows map[*tab
 		return err
 	}
 	for _, t := range order {
-		keyOnly := rows[t].keyOnly
-		latest := "(" + latestSQL(t.schema, t.id, keyOnly, len(t.rules) > 0) + ")"
+		latest := "(" + latestSQL(t.schema, t.id, rows[t].keyOnly, len(t.rules) > 0) + ")"
 		if slices.Contains(golden, t) {
 			latest = newestTable(t.id)
 		}
-		for _, stmt := range applySQL(t.schema, t.id, keyOnly, latest, rows[t].empty) {
+		for _, stmt := range applySQL(t.schema, t.id, rows[t], latest) {
 			if _, err := w.conn.ExecContext(ctx, stmt); err != nil {
 				return fmt.Errorf("apply %s batch: %w", t.schema.ID(), err)
 			}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/lakeflow/lakeflow/pipeline/fault"
@@ -40,6 +41,11 @@ func OpenReader(ctx context.Context, path string) (*Reader, error) {
 // Query runs a query and returns its result as text (or JSON rows).
 func (r *Reader) Query(ctx context.Context, q string, asJSON bool) (Result, error) {
 	return query(ctx, r.conn, q, asJSON)
+}
+
+// CSV writes a query's result to out as CSV with a header.
+func (r *Reader) CSV(ctx context.Context, q string, out io.Writer) error {
+	return writeCSV(ctx, r.conn, q, out)
 }
 
 // Close closes the reader.

@@ -31,6 +31,10 @@ type ReplayScope struct {
 	Upto *Bound
 	// Tables, if set, are the only tables replayed (by source ID).
 	Tables map[string]bool
+	// Apply, if set, are the only tables of those applied to silver; the
+	// others are read and judged for the rules of these (an existence rule
+	// needs the changes of the table it references, judged), then dropped.
+	Apply map[string]bool
 }
 
 // Bound is a point of the log: every transaction committed at or before
@@ -113,6 +117,7 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 					return fmt.Errorf("read the lake of %s: %w", t.schema.ID(), err)
 				}
 				if n > 0 {
+					info.judgeOnly = scope.Apply != nil && !scope.Apply[t.schema.ID()]
 					if lo == 0 {
 						err = w.conn.QueryRowContext(ctx, "SELECT count(*) = 0 FROM silver."+ident(t.schema.Name)).Scan(&info.empty)
 						if err != nil {

@@ -99,10 +99,11 @@ func dlqReasonSQL(t *change.Table) string {
 // update of the key in the batch, else what silver holds, so the result
 // does not depend on where batches end. A truncate soft-deletes every row
 // older than it. latest is the newest change per key (latestSQL, with
-// keyOnly as given): a subquery, or newestTable. Changes of a judged
+// info.keyOnly as given): a subquery, or newestTable. Changes of a judged
 // table (one with contract rules) that failed a quarantine rule are left
 // out of it: they are held back.
-func applySQL(t *change.Table, id int, keyOnly bool, latest string, empty bool) []string {
+func applySQL(t *change.Table, id int, info rowsInfo, latest string) []string {
+	keyOnly := info.keyOnly
 	silver := "silver." + ident(t.Name)
 	rows := rowsTable(id)
 	var names, values, sets, on, final []string
@@ -146,35 +147,35 @@ func applySQL(t *change.Table, id int, keyOnly bool, latest string, empty bool) 
 	final = append(final, "s.del AS _deleted")
 	newer := positionLess("t", "s")
 	match := strings.Join(on, " AND ")
-	truncate := fmt.Sprintf(`UPDATE %[1]s AS t SET _deleted = true, _cdc_seq = s._cdc_seq, _cdc_ord = s._cdc_ord, _commit_ts = s._commit_ts
+	var truncate []string
+	if info.truncates > 0 {
+		truncate = append(truncate, fmt.Sprintf(`UPDATE %[1]s AS t SET _deleted = true, _cdc_seq = s._cdc_seq, _cdc_ord = s._cdc_ord, _commit_ts = s._commit_ts
 FROM (SELECT _cdc_seq, _cdc_ord, _commit_ts FROM %[3]s WHERE op = 't' ORDER BY _cdc_seq DESC, _cdc_ord DESC LIMIT 1) AS s
-WHERE NOT t._deleted AND %[2]s`, silver, newer, rows)
-	if empty {
+WHERE NOT t._deleted AND %[2]s`, silver, newer, rows))
+	}
+	if info.empty {
 		// What the MERGE does to a table without rows, at a fraction of
 		// its cost.
-		return []string{
+		return append([]string{
 			fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s AS s", silver, strings.Join(names, ", "), strings.Join(values, ", "), latest),
-			truncate,
-		}
+		}, truncate...)
 	}
 	if hasInterval(t) {
 		// DuckDB's UPDATE keeps the old spelling of an interval that
 		// compares equal: rows are replaced instead.
-		return []string{
+		return append([]string{
 			fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE lakeflow_latest AS SELECT %s FROM %s AS s LEFT JOIN %s AS t ON %s
 				WHERE t._cdc_seq IS NULL OR %s`, strings.Join(final, ", "), latest, silver, match, newer),
 			fmt.Sprintf("DELETE FROM %s AS t USING lakeflow_latest AS s WHERE %s", silver, strings.ReplaceAll(match, "s.img.", "s.")),
 			fmt.Sprintf("INSERT INTO %s (%s) SELECT * FROM lakeflow_latest", silver, strings.Join(names, ", ")),
-			truncate,
-		}
+		}, truncate...)
 	}
-	return []string{
+	return append([]string{
 		fmt.Sprintf(`MERGE INTO %s AS t USING %s AS s ON %s
 WHEN MATCHED AND %s THEN UPDATE SET %s
 WHEN NOT MATCHED THEN INSERT (%s) VALUES (%s)`,
 			silver, latest, match, newer, strings.Join(sets, ", "), strings.Join(names, ", "), strings.Join(values, ", ")),
-		truncate,
-	}
+	}, truncate...)
 }
 
 // newestTable holds latestSQL of table id for a batch whose changes of it
