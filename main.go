@@ -162,6 +162,7 @@ func runCommand() *cli.Command {
 			&cli.BoolFlag{Name: "demo", Usage: "create the demo schema in the source and drive an e-commerce workload while ingesting"},
 			&cli.IntFlag{Name: "demo-events", Value: 20000, Usage: "number of row changes the demo workload makes"},
 			&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics at this address (/metrics; :9464 binds loopback)"},
+			&cli.StringFlag{Name: "profile", Usage: "write CPU (by pipe stage) and heap profiles of the run to this directory (go tool pprof)"},
 		),
 		OnUsageError: usageError,
 		Action: func(c *cli.Context) error {
@@ -192,6 +193,17 @@ func runCommand() *cli.Command {
 					log.Info("demo workload done", "changes", done.Changes, "transactions", done.Transactions)
 					return nil
 				}
+			}
+			if dir := c.String("profile"); dir != "" {
+				stop, err := startProfile(dir)
+				if err != nil {
+					return err
+				}
+				defer func() {
+					if err := stop(); err != nil {
+						log.Warn("profiles not written", "dir", dir, "err", err)
+					}
+				}()
 			}
 			if err := pipeline.Run(ctx, cfg, opts, log); err != nil {
 				return err

@@ -12,6 +12,7 @@ import (
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/kafka"
+	"github.com/lakeflow/lakeflow/pipeline/stage"
 	"github.com/lakeflow/lakeflow/warehouse"
 )
 
@@ -86,6 +87,7 @@ func (c *consumer) wmTopic() string { return kafka.WatermarkTopic(c.kcfg.Prefix)
 // returns ctx's error) or, without follow, until the source has finished
 // and everything it produced is applied.
 func (c *consumer) run(ctx context.Context) error {
+	stage.Enter(stage.Fetch)
 	c.committed, c.seen = map[string]warehouse.TopicPosition{}, map[string]warehouse.TopicPosition{}
 	c.bounds = map[string]map[int32]int64{}
 	if err := c.syncSchemas(ctx); err != nil {
@@ -379,6 +381,7 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 	}
 	applyStart := time.Now()
 	st, err := c.wh.Apply(ctx, batch)
+	stage.Enter(stage.Fetch)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/lake"
+	"github.com/lakeflow/lakeflow/pipeline/stage"
 	"github.com/lakeflow/lakeflow/warehouse"
 )
 
@@ -81,9 +82,11 @@ func copyFile(src, dst string) error {
 	return err
 }
 
-// publisher publishes the live warehouse to warehouse.path between
-// batches, every publish_interval, or four times as long as publishing
-// took (so it never takes more than a fifth of the pipeline's time).
+// publisher publishes the live warehouse to warehouse.path every
+// publish_interval, or four times as long as publishing took (so it never
+// takes more than a fifth of the machine's time), beside the stream: a
+// copy runs in a goroutine of its own (warehouse.Publish), and batches
+// go on being applied meanwhile.
 type publisher struct {
 	wh       *warehouse.Warehouse
 	path     string
@@ -91,26 +94,46 @@ type publisher struct {
 	next     time.Time
 	log      *slog.Logger
 	metrics  *metrics
+	// running gets the outcome of the copy in flight (nil: none).
+	running chan error
 }
 
-// due publishes if the interval has passed and batches were committed
-// since the last copy, the last of them consistent (a copy holds no
-// transaction in part). A copy that fails is retried after an interval:
-// the pipeline goes on (readers keep the last copy).
+// due starts a copy if none runs, the interval has passed and batches
+// were committed since the last copy began, the last of them consistent
+// (a copy holds no transaction in part); and takes in the outcome of the
+// one that ran. A copy that fails is retried after an interval: the
+// pipeline goes on (readers keep the last copy).
 func (p *publisher) due(ctx context.Context) error {
-	if p == nil || time.Now().Before(p.next) || !p.wh.Unpublished() || !p.wh.Consistent() {
+	if p == nil {
 		return nil
 	}
-	if err := p.publish(ctx); err != nil {
-		if ctx.Err() != nil {
-			return err
+	if p.running != nil {
+		select {
+		case err := <-p.running:
+			p.running = nil
+			if err != nil {
+				if ctx.Err() != nil {
+					return err
+				}
+				p.log.Warn("warehouse.path not published; retrying later", "err", err)
+				p.next = time.Now().Add(p.interval)
+			}
+		default:
+			return nil
 		}
-		p.log.Warn("warehouse.path not published; retrying later", "err", err)
-		p.next = time.Now().Add(p.interval)
 	}
+	if time.Now().Before(p.next) || !p.wh.Unpublished() || !p.wh.Consistent() {
+		return nil
+	}
+	p.running = make(chan error, 1)
+	go func() {
+		stage.Enter(stage.Publish)
+		p.running <- p.publish(ctx)
+	}()
 	return nil
 }
 
+// publish copies the warehouse and sets when the next copy is due.
 func (p *publisher) publish(ctx context.Context) error {
 	took, err := p.wh.Publish(ctx, p.path)
 	if err != nil {
@@ -124,9 +147,22 @@ func (p *publisher) publish(ctx context.Context) error {
 	return nil
 }
 
+// wait waits for the copy in flight, if any: the warehouse must not be
+// closed under it.
+func (p *publisher) wait() {
+	if p.running != nil {
+		if err := <-p.running; err != nil {
+			p.log.Debug("the copy in flight was not published", "err", err)
+		}
+		p.running = nil
+	}
+}
+
 // final publishes the warehouse as the run leaves it (rows written
 // between batches included: the run's own record, checks, interval
 // refreshes): when no pipeline runs, warehouse.path is all of it.
 func (p *publisher) final(ctx context.Context) error {
+	p.wait()
+	stage.Enter(stage.Publish)
 	return p.publish(context.WithoutCancel(ctx))
 }

@@ -77,6 +77,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	}
 	defer wh.Close()
 	pub := &publisher{wh: wh, path: cfg.Warehouse.Path, interval: cfg.Warehouse.PublishInterval, log: log}
+	defer pub.wait() // before the warehouse closes
 	if err := wh.SetContracts(ctx, set); err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/lake"
+	"github.com/lakeflow/lakeflow/pipeline/stage"
 )
 
 // Record is one consumed Kafka record.
@@ -130,10 +131,12 @@ func (w *Warehouse) Apply(ctx context.Context, b Batch) (BatchStats, error) {
 
 func (w *Warehouse) applyInTx(ctx context.Context, b Batch, touched map[*table]bool, st *BatchStats) ([]lake.File, error) {
 	since := laps()
+	stage.Enter(stage.Staging)
 	if err := w.stage(ctx, b.Records); err != nil {
 		return nil, err
 	}
 	st.Stage = since()
+	stage.Enter(stage.Parse)
 	order := make([]*table, 0, len(touched))
 	for t := range touched {
 		order = append(order, t)
@@ -153,6 +156,7 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, touched map[*table]b
 	}
 	st.Dead = dead
 	st.Decode = since()
+	stage.Enter(stage.Lake)
 	floor := w.floor
 	if b.Watermark != nil {
 		floor = max(floor, b.Watermark.Seq)
@@ -204,10 +208,12 @@ type rowsInfo struct {
 // the gold marts. The stream and the backfill both come here.
 func (w *Warehouse) applyRows(ctx context.Context, order []*table, rows map[*table]rowsInfo, st *BatchStats, since func() time.Duration) error {
 	var err error
+	stage.Enter(stage.Rules)
 	if st.Quarantined, st.Warned, err = w.applyRules(ctx, order, rows); err != nil {
 		return err
 	}
 	st.Rules = since()
+	stage.Enter(stage.History)
 	order = slices.DeleteFunc(slices.Clone(order), func(t *table) bool { return rows[t].judgeOnly })
 	for _, t := range order {
 		if t.history {
@@ -217,6 +223,7 @@ func (w *Warehouse) applyRows(ctx context.Context, order []*table, rows map[*tab
 		}
 	}
 	st.History = since()
+	stage.Enter(stage.Merge)
 	golden := w.goldReads(order)
 	if err := w.changedBefore(ctx, golden, rows); err != nil {
 		return err
@@ -233,12 +240,14 @@ func (w *Warehouse) applyRows(ctx context.Context, order []*table, rows map[*tab
 		}
 	}
 	st.Merge = since()
+	stage.Enter(stage.Gold)
 	refreshed, err := w.refreshGold(ctx, golden, time.Now())
 	if err != nil {
 		return err
 	}
 	w.refreshing = refreshed
 	st.Gold = since()
+	stage.Enter(stage.Commit) // bookkeeping, the commit and publishing the lake files
 	return nil
 }
 

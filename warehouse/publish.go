@@ -23,6 +23,12 @@ import (
 // atomically, with lakeflow.published saying which batch the copy holds,
 // whether it ended at a source transaction boundary, and the source
 // position of the last one that did; it returns how long that took.
+//
+// It copies on a connection of its own, in one read transaction, so it
+// may run beside Apply (a copy of a large warehouse takes seconds; the
+// stream does not wait for it): the copy holds the batches committed
+// when it began, and says which from its own lakeflow.batches. At most
+// one Publish runs at a time.
 func (w *Warehouse) Publish(ctx context.Context, path string) (time.Duration, error) {
 	t0 := time.Now()
 	tmp := fmt.Sprintf("%s.%d.publishing", path, os.Getpid())
@@ -39,20 +45,33 @@ func (w *Warehouse) Publish(ctx context.Context, path string) (time.Duration, er
 			}
 		}
 	}
-	var db string
-	if err := w.conn.QueryRowContext(ctx, "SELECT current_database()").Scan(&db); err != nil {
+	conn, err := w.db.Conn(ctx)
+	if err != nil {
 		return 0, err
 	}
-	stmts := []string{
+	defer conn.Close()
+	var db string
+	if err := conn.QueryRowContext(ctx, "SELECT current_database()").Scan(&db); err != nil {
+		return 0, err
+	}
+	var batch int64
+	for _, stmt := range []string{
 		"ATTACH " + literal(tmp) + " AS lakeflow_publish",
 		fmt.Sprintf("COPY FROM DATABASE %s TO lakeflow_publish", ident(db)),
 		// (A live file made from a copy has one already.)
-		fmt.Sprintf(`CREATE OR REPLACE TABLE lakeflow_publish.lakeflow.published AS
-			SELECT %d AS batch, %t AS consistent, (SELECT max(lsn) FILTER (consistent) FROM lakeflow.batches) AS _cdc_seq,
-			(SELECT arg_max(commit_ts, batch) FILTER (consistent) FROM lakeflow.batches) AS commit_ts, now() AS published_at`, w.batch, !w.midTransaction),
+		`CREATE OR REPLACE TABLE lakeflow_publish.lakeflow.published AS
+			SELECT coalesce(max(batch), 0) AS batch, coalesce(arg_max(consistent, batch), true) AS consistent,
+				max(lsn) FILTER (consistent) AS _cdc_seq, arg_max(commit_ts, batch) FILTER (consistent) AS commit_ts, now() AS published_at
+			FROM lakeflow_publish.lakeflow.batches`,
+	} {
+		if _, err = conn.ExecContext(ctx, stmt); err != nil {
+			break
+		}
 	}
-	err = w.exec(ctx, stmts)
-	if _, derr := w.conn.ExecContext(context.WithoutCancel(ctx), "DETACH DATABASE IF EXISTS lakeflow_publish"); err == nil {
+	if err == nil {
+		err = conn.QueryRowContext(ctx, "SELECT batch FROM lakeflow_publish.lakeflow.published").Scan(&batch)
+	}
+	if _, derr := conn.ExecContext(context.WithoutCancel(ctx), "DETACH DATABASE IF EXISTS lakeflow_publish"); err == nil {
 		err = derr
 	}
 	if err == nil {
@@ -75,12 +94,12 @@ func (w *Warehouse) Publish(ctx context.Context, path string) (time.Duration, er
 		os.Remove(tmp)
 		return 0, fmt.Errorf("publish %s: %w", path, err)
 	}
-	w.published = w.batch
+	w.published.Store(batch)
 	return time.Since(t0), nil
 }
 
-// Unpublished says batches committed since the last Publish.
-func (w *Warehouse) Unpublished() bool { return w.published != w.batch }
+// Unpublished says batches committed since the last Publish began.
+func (w *Warehouse) Unpublished() bool { return w.published.Load() != w.batch }
 
 // Consistent says the last batch ended at a watermark: silver is the
 // source as of one position, with no transaction in part.

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	_ "github.com/duckdb/duckdb-go/v2" // the DuckDB database/sql driver
 
@@ -40,9 +41,10 @@ type Warehouse struct {
 	// event at or before it is in the lake and in silver.
 	floor change.LSN
 	// batch is the number of the last committed batch; published, the
-	// last one Publish copied (-1: none yet).
+	// last one Publish copied (-1: none yet), set by Publish, which runs
+	// beside the stream.
 	batch     int64
-	published int64
+	published atomic.Int64
 	// midTransaction says the last batch did not end at a watermark: the
 	// next may hold the rest of a source transaction.
 	midTransaction bool
@@ -194,9 +196,10 @@ func open(ctx context.Context, cfg config.Warehouse, lk *lake.Lake, log *slog.Lo
 	if err != nil {
 		return nil, err
 	}
-	w := &Warehouse{path: path, db: db, conn: conn, lake: lk, log: log, view: view, published: -1,
+	w := &Warehouse{path: path, db: db, conn: conn, lake: lk, log: log, view: view,
 		tables: map[string]*table{}, byTopic: map[string]*table{},
 		lakeHigh: map[string]map[int32]int64{}, known: map[*table]bool{}}
+	w.published.Store(-1)
 	if err := w.init(ctx, cfg.MemoryLimit); err != nil {
 		w.Close()
 		return nil, err

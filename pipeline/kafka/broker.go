@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/pipeline/stage"
 )
 
 // MaxMessageBytes bounds one record (one row change). The embedded broker
@@ -65,7 +66,8 @@ func StartBroker(dir, listen string, log *slog.Logger) (*Broker, error) {
 			return net.Listen(network, listen)
 		}))
 	}
-	c, err := kfake.NewCluster(opts...)
+	var c *kfake.Cluster
+	stage.Within(stage.Broker, func() { c, err = kfake.NewCluster(opts...) })
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
 			return nil, fmt.Errorf("%w: kafka.listen %s is already in use: choose a free address, or set kafka.brokers to use the broker that holds it", fault.ErrEnvironment, listen)

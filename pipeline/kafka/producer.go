@@ -14,6 +14,7 @@ import (
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/pipeline/stage"
 )
 
 // deliveryTimeout fails a record Kafka has not accepted in this time,
@@ -180,6 +181,7 @@ type SchemaRecord struct {
 
 // Event encodes ev and produces it, unless its partition already holds it.
 func (p *Producer) Event(ctx context.Context, ev *change.Event) error {
+	stage.Enter(stage.Encode)
 	if err := p.err(); err != nil {
 		return err
 	}
@@ -219,6 +221,7 @@ func (p *Producer) Event(ctx context.Context, ev *change.Event) error {
 			part.touched = true
 			p.touched = append(p.touched, part)
 		}
+		stage.Enter(stage.Produce) // and the client's goroutines it starts
 		p.cl.Produce(context.Background(), &kgo.Record{Topic: part.topic, Partition: part.partition, Key: key, Value: value}, part.promise)
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/pipeline/stage"
 )
 
 // Logical messages lakeflow writes into the WAL for itself.
@@ -126,6 +127,7 @@ func (s *Source) streamOnce(ctx context.Context, sink Sink, state *change.Source
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
+		stage.Enter(stage.WALRead)
 		readErr <- s.read(repl, msgs, buf, replyNow, stopped)
 		close(msgs)
 	}()
@@ -190,6 +192,7 @@ func (s *Source) confirmable(sink Sink) change.LSN {
 // handle processes one message; done reports that the drain marker arrived.
 func (s *Source) handle(ctx context.Context, dec *Decoder, cat *catalog, sink Sink, state *change.SourceState, schemas map[string]*change.Table, m walMsg, nonce string) (bool, error) {
 	s.Stats.Received.Store(uint64(m.lsn))
+	stage.Enter(stage.Decode)
 	res, err := dec.Decode(m.data, m.lsn)
 	if err != nil {
 		if errors.Is(err, ErrIdentity) {

@@ -58,12 +58,17 @@ type Result struct {
 	CheckSeconds float64 `json:"check_seconds"`
 	// Freshness is run --follow under a steady load: source commit to
 	// silver commit, and to the published copy, per batch.
-	Freshness       FreshnessResult `json:"freshness_steady"`
-	CheckExit       int             `json:"check_exit_code"`
-	CPUs            int             `json:"cpus"`
-	GoVersion       string          `json:"go_version"`
-	PostgresVersion string          `json:"postgres_version"`
-	When            string          `json:"when"`
+	Freshness FreshnessResult `json:"freshness_steady"`
+	// StageCPU is the profiled run's CPU by pipe stage, in seconds, as
+	// Go's profiler sees it (DuckDB's worker threads are not: see
+	// pipeline/stage); ProfiledCPU is that run's whole CPU time.
+	StageCPU        map[string]float64 `json:"stage_cpu_seconds"`
+	ProfiledCPU     float64            `json:"profiled_run_cpu_seconds"`
+	CheckExit       int                `json:"check_exit_code"`
+	CPUs            int                `json:"cpus"`
+	GoVersion       string             `json:"go_version"`
+	PostgresVersion string             `json:"postgres_version"`
+	When            string             `json:"when"`
 }
 
 // BackfillResult measures lakeflow backfill --all (the faster of two).
@@ -78,6 +83,7 @@ type FreshnessResult struct {
 	Rate         int     `json:"changes_per_second"`
 	Seconds      float64 `json:"seconds"`
 	Batches      int     `json:"batches"`
+	Changes      int     `json:"changes"`
 	SilverP50    float64 `json:"silver_p50_seconds"`
 	SilverP99    float64 `json:"silver_p99_seconds"`
 	PublishedP50 float64 `json:"published_p50_seconds"`
@@ -112,6 +118,8 @@ func main() {
 	out := flag.String("out", "bench.json", "where to write the JSON result")
 	keep := flag.Bool("keep", false, "keep the working directory")
 	publish := flag.String("publish-sizes", "", "instead: measure publishing warehouses of these sizes in GB (e.g. 0.1,1,5)")
+	quick := flag.Bool("quick", false, "one run with rules, history and gold, its profile and the freshness; no other variant, backfill, asof or check")
+	profile := flag.String("profile", "", "also keep the profiled run's CPU and heap profiles in this directory")
 	flag.Parse()
 	if *publish != "" {
 		if err := measurePublishing(*publish); err != nil {
@@ -120,7 +128,7 @@ func main() {
 		}
 		return
 	}
-	if err := run(*events, *out, *keep); err != nil {
+	if err := run(*events, *out, *keep, *quick, *profile); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -147,7 +155,7 @@ func measurePublishing(sizes string) error {
 	return nil
 }
 
-func run(events int, out string, keep bool) error {
+func run(events int, out string, keep, quick bool, profileDir string) error {
 	ctx := context.Background()
 	work, err := os.MkdirTemp("", "lakeflow-bench-")
 	if err != nil {
@@ -190,7 +198,13 @@ func run(events int, out string, keep bool) error {
 	// contracts without history; 2 gold: the demo's contracts, history
 	// included, and its gold marts). The machine is shared and noisy: the
 	// runs interleave, and the fastest of each variant counts.
-	kinds := []int{0, 1, 2, 2, 1, 0, 0, 1, 2}
+	// A tenth, of the gold variant, runs last with --profile: its
+	// profile splits lakeflow's CPU by stage; its rate does not count.
+	kinds := []int{0, 1, 2, 2, 1, 0, 0, 1, 2, 2}
+	if quick {
+		kinds = []int{2, 2}
+	}
+	profiled := len(kinds) - 1
 	none := filepath.Join(work, "none")
 	if err := os.MkdirAll(none, 0o755); err != nil {
 		return err
@@ -262,7 +276,10 @@ func run(events int, out string, keep bool) error {
 	best := []*RunResult{&res.Plain, &res.Rules, &res.Gold}
 	names := []string{"without contracts or gold", "with the demo's rules", "with rules, history and gold marts"}
 	for i, kind := range kinds {
-		step("lakeflow run %s (%d of %d): WAL → Kafka → lake + silver", names[kind], i+1, len(kinds))
+		if i == profiled {
+			break
+		}
+		step("lakeflow run %s (%d of %d): WAL → Kafka → lake + silver", names[kind], i+1, profiled)
 		var r RunResult
 		if err := measure(bin, cfgFiles[i], &r); err != nil {
 			return err
@@ -271,6 +288,27 @@ func run(events int, out string, keep bool) error {
 		if b := best[kind]; b.Rate < r.Rate {
 			*b = r
 		}
+	}
+	step("lakeflow run %s with --profile", names[kinds[profiled]])
+	if profileDir == "" {
+		profileDir = filepath.Join(work, "profile")
+	}
+	var pr RunResult
+	if err := measure(bin, cfgFiles[profiled], &pr, "--profile", profileDir); err != nil {
+		return err
+	}
+	if res.StageCPU, err = stageCPU(filepath.Join(profileDir, "cpu.pprof")); err != nil {
+		return err
+	}
+	res.ProfiledCPU = pr.CPUSecs
+	if quick {
+		step("lakeflow run --follow under a steady %d changes/s for %d s", steadyRate, steadySeconds)
+		if res.Freshness, err = steady(ctx, bin, cfgFiles[0], filepath.Join(work, "data-0", "lake"), dsn); err != nil {
+			return err
+		}
+		data, _ := json.MarshalIndent(res, "", "  ")
+		fmt.Println(string(data))
+		return nil
 	}
 	res.RulesRatio = res.Rules.Rate / res.Plain.Rate
 	res.GoldRatio = res.Gold.Rate / res.Rules.Rate
@@ -318,7 +356,7 @@ func run(events int, out string, keep bool) error {
 		}
 	}
 	step("lakeflow run --follow under a steady %d changes/s for %d s", steadyRate, steadySeconds)
-	if res.Freshness, err = steady(ctx, bin, cfgFiles[len(cfgFiles)-1], dsn); err != nil {
+	if res.Freshness, err = steady(ctx, bin, cfgFiles[profiled-1], filepath.Join(work, fmt.Sprintf("data-%d", profiled-1), "lake"), dsn); err != nil {
 		return err
 	}
 	line := func(name string, r RunResult) {
@@ -344,8 +382,8 @@ func run(events int, out string, keep bool) error {
 	}
 	fmt.Printf("  check:                 %.2f s  (contracts vs the live source, catalog, population checks; exit %d)\n", res.CheckSeconds, res.CheckExit)
 	f := res.Freshness
-	fmt.Printf("  freshness, --follow at %d changes/s: source commit → silver p50 %.2f s, p99 %.2f s; → published copy p50 %.2f s, p99 %.2f s (%d batches)\n",
-		f.Rate, f.SilverP50, f.SilverP99, f.PublishedP50, f.PublishedP99, f.Batches)
+	fmt.Printf("  freshness, --follow at %d changes/s: source commit → silver p50 %.2f s, p99 %.2f s; → published copy p50 %.2f s, p99 %.2f s (%d changes, %d batches)\n",
+		f.Rate, f.SilverP50, f.SilverP99, f.PublishedP50, f.PublishedP99, f.Changes, f.Batches)
 	data, _ := json.MarshalIndent(res, "", "  ")
 	if keep {
 		fmt.Fprintln(os.Stderr, "working directory kept:", work)
@@ -431,11 +469,13 @@ const (
 )
 
 // steady runs lakeflow run --follow while the demo workload makes
-// steadyRate changes a second, stops it, and reads, per batch committed
-// meanwhile, the time from the source commit of its newest transaction to
-// its silver commit (lakeflow.batches) and to the first copy published
-// after it (the run's log).
-func steady(ctx context.Context, bin, cfgFile, dsn string) (FreshnessResult, error) {
+// steadyRate changes a second, stops it, and reads, for every change
+// made meanwhile, the time from its source commit to the commit of the
+// batch that applied it to silver (its lake file's _commit_ts, and
+// lakeflow.batches), and to the first copy published after that batch
+// (a copy holds the batches committed when it began: the run's log says
+// when each ended and how long it took).
+func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn string) (FreshnessResult, error) {
 	r := FreshnessResult{Rate: steadyRate}
 	cmd := exec.Command(bin, "--config", cfgFile, "--log-level", "debug", "run", "--follow")
 	var log strings.Builder
@@ -455,33 +495,52 @@ func steady(ctx context.Context, bin, cfgFile, dsn string) (FreshnessResult, err
 	if err != nil {
 		return r, err
 	}
-	var published []time.Time
-	re := regexp.MustCompile(`time=(\S+) level=DEBUG msg="warehouse published"`)
+	var published []time.Time // when each copy began
+	re := regexp.MustCompile(`time=(\S+) level=DEBUG msg="warehouse published" path=\S+ took=(\S+)`)
 	for _, m := range re.FindAllStringSubmatch(log.String(), -1) {
-		if at, err := time.Parse(time.RFC3339Nano, m[1]); err == nil {
-			published = append(published, at)
+		at, err1 := time.Parse(time.RFC3339Nano, m[1])
+		took, err2 := time.ParseDuration(m[2])
+		if err1 == nil && err2 == nil {
+			published = append(published, at.Add(-took))
 		}
 	}
-	out, err := exec.Command(bin, "--config", cfgFile, "sql", "--format", "csv", fmt.Sprintf(`SELECT epoch_us(commit_ts), epoch_us(committed_at)
-		FROM lakeflow.batches WHERE consistent AND commit_ts IS NOT NULL AND events > 0 AND committed_at >= make_timestamptz(%d)`, t0.UnixMicro())).Output()
+	files, err := filepath.Glob(filepath.Join(lakeDir, "*", "*", "*.parquet"))
 	if err != nil {
-		return r, fmt.Errorf("lakeflow sql: %v", err)
+		return r, err
+	}
+	files = slices.DeleteFunc(files, func(f string) bool { return strings.Contains(f, string(filepath.Separator)+"_") })
+	lits := make([]string, len(files))
+	for i, f := range files {
+		lits[i] = "'" + f + "'"
+	}
+	out, err := exec.Command(bin, "--config", cfgFile, "sql", "--format", "csv", fmt.Sprintf(`SELECT epoch_us(e._commit_ts), epoch_us(b.committed_at), count(*)
+		FROM read_parquet([%s], union_by_name = true) e
+		ASOF JOIN (SELECT lsn, committed_at FROM lakeflow.batches WHERE consistent AND lsn IS NOT NULL) b ON e._cdc_seq <= b.lsn
+		WHERE e._commit_ts >= make_timestamptz(%d) GROUP BY ALL`, strings.Join(lits, ", "), t0.UnixMicro())).CombinedOutput()
+	if err != nil {
+		return r, fmt.Errorf("lakeflow sql: %v: %s", err, out)
 	}
 	var silver, pub []float64
+	batches := map[int64]bool{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n")[1:] {
-		var commit, applied int64
-		if _, err := fmt.Sscanf(line, "%d,%d", &commit, &applied); err != nil {
+		var commit, applied, n int64
+		if _, err := fmt.Sscanf(line, "%d,%d,%d", &commit, &applied, &n); err != nil {
 			continue
 		}
-		silver = append(silver, float64(applied-commit)/1e6)
+		batches[applied] = true
+		for range n {
+			silver = append(silver, float64(applied-commit)/1e6)
+		}
 		for _, p := range published {
 			if p.UnixMicro() >= applied {
-				pub = append(pub, float64(p.UnixMicro()-commit)/1e6)
+				for range n {
+					pub = append(pub, float64(p.UnixMicro()-commit)/1e6)
+				}
 				break
 			}
 		}
 	}
-	r.Batches = len(silver)
+	r.Batches, r.Changes = len(batches), len(silver)
 	r.SilverP50, r.SilverP99 = quantile(silver, .5), quantile(silver, .99)
 	r.PublishedP50, r.PublishedP99 = quantile(pub, .5), quantile(pub, .99)
 	return r, nil
@@ -498,9 +557,9 @@ func quantile(xs []float64, q float64) float64 {
 }
 
 // measure runs `lakeflow run` on a config and fills r.
-func measure(bin, cfgFile string, r *RunResult) error {
+func measure(bin, cfgFile string, r *RunResult, flags ...string) error {
 	t0 := time.Now()
-	log, ru, err := runLakeflow(bin, cfgFile)
+	log, ru, err := runLakeflow(bin, cfgFile, flags...)
 	if err != nil {
 		return err
 	}
@@ -522,8 +581,8 @@ func measure(bin, cfgFile string, r *RunResult) error {
 
 // runLakeflow runs `lakeflow run` to completion and returns its log and
 // resource usage (peak RSS, CPU time).
-func runLakeflow(bin, cfgFile string) (string, *syscall.Rusage, error) {
-	cmd := exec.Command(bin, "--config", cfgFile, "--log-level", "debug", "run")
+func runLakeflow(bin, cfgFile string, flags ...string) (string, *syscall.Rusage, error) {
+	cmd := exec.Command(bin, append([]string{"--config", cfgFile, "--log-level", "debug", "run"}, flags...)...)
 	var log strings.Builder
 	cmd.Stderr = &log
 	if err := cmd.Run(); err != nil {
@@ -557,4 +616,28 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// stageCPU reads a CPU profile's seconds by stage label (go tool pprof
+// -tags); "unlabelled" is the rest (start-up, the runtime, the garbage
+// collector's background work).
+func stageCPU(path string) (map[string]float64, error) {
+	out, err := exec.Command("go", "tool", "pprof", "-tags", path).Output()
+	if err != nil {
+		return nil, fmt.Errorf("go tool pprof -tags %s: %v", path, err)
+	}
+	seconds := func(v, unit string) float64 {
+		d, _ := time.ParseDuration(v + unit)
+		return d.Seconds()
+	}
+	res := map[string]float64{}
+	total := regexp.MustCompile(`stage: Total ([0-9.]+)(\w+) of ([0-9.]+)(\w+)`).FindStringSubmatch(string(out))
+	if total == nil {
+		return nil, fmt.Errorf("go tool pprof -tags %s said %q", path, out)
+	}
+	res["unlabelled"] = seconds(total[3], total[4]) - seconds(total[1], total[2])
+	for _, m := range regexp.MustCompile(`(?m)^\s+([0-9.]+)(\w+) \(\s*[0-9.]+%\): (\S+)$`).FindAllStringSubmatch(string(out), -1) {
+		res[m[3]] = seconds(m[1], m[2])
+	}
+	return res, nil
 }
