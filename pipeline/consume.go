@@ -45,7 +45,8 @@ type consumer struct {
 	seen      map[string]warehouse.TopicPosition
 	pending   []warehouse.Record
 	bytes     int64
-	opened    time.Time
+	opened    time.Time // when the consumer took the first record held
+	oldest    time.Time // when the oldest record held reached Kafka
 	// marks are watermarks received and not yet applied, in order; bounds
 	// is, per table topic partition, the end offset as of the last one.
 	marks  []mark
@@ -149,7 +150,7 @@ func (c *consumer) run(ctx context.Context) error {
 		}
 		wait := c.cfg.BatchInterval
 		if len(c.pending) > 0 {
-			wait = max(time.Until(c.opened.Add(c.cfg.BatchInterval)), time.Millisecond)
+			wait = max(c.cfg.BatchInterval-c.age(), time.Millisecond)
 		}
 		recs, err := c.kafka.Poll(ctx, c.cfg.BatchEvents, wait)
 		if err != nil {
@@ -168,10 +169,11 @@ func (c *consumer) run(ctx context.Context) error {
 				unknown = unknown || !c.assigned(c.marks[len(c.marks)-1].bounds)
 				continue
 			}
+			rec := warehouse.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Value: r.Value, Arrived: arrival(r.Timestamp)}
 			if len(c.pending) == 0 {
-				c.opened = time.Now()
+				c.opened, c.oldest = time.Now(), rec.Arrived
 			}
-			c.pending = append(c.pending, warehouse.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Value: r.Value})
+			c.pending = append(c.pending, rec)
 			c.bytes += int64(len(r.Value))
 		}
 		if unknown {
@@ -192,6 +194,28 @@ func (c *consumer) run(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// age is how long the records held have waited, for batch_interval:
+// while the consumer keeps up, since the oldest of them reached Kafka
+// (those that arrived while the batch before was applied have waited
+// that long already); while it is behind, since it took the first of
+// them (records waiting in Kafka are old: by their age every poll would
+// be a batch, where larger batches catch up faster).
+func (c *consumer) age() time.Duration {
+	if c.kafka.Behind() {
+		return time.Since(c.opened)
+	}
+	return time.Since(c.oldest)
+}
+
+// arrival is when a record reached Kafka (its timestamp), or now if the
+// timestamp is later (another clock).
+func arrival(ts time.Time) time.Time {
+	if now := time.Now(); ts.IsZero() || ts.After(now) {
+		return now
+	}
+	return ts
 }
 
 // addMark folds a watermark record into the bounds.
@@ -249,7 +273,7 @@ func (c *consumer) step(ctx context.Context, target map[string]map[int32]int64) 
 		return nil
 	}
 	last := target != nil && n == len(c.pending) && reached(c.seen, target)
-	if n == 0 || last || hard || n >= c.cfg.BatchEvents || size >= c.cfg.BatchBytes || time.Since(c.opened) >= c.cfg.BatchInterval {
+	if n == 0 || last || hard || n >= c.cfg.BatchEvents || size >= c.cfg.BatchBytes || c.age() >= c.cfg.BatchInterval {
 		return c.apply(ctx, n, m)
 	}
 	return nil
@@ -394,11 +418,12 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 	}
 	c.pending = rest
 	c.bytes = 0
+	c.opened, c.oldest = time.Now(), time.Now()
 	for _, r := range rest {
 		c.bytes += int64(len(r.Value))
-	}
-	if len(rest) > 0 {
-		c.opened = time.Now()
+		if r.Arrived.Before(c.oldest) {
+			c.oldest = r.Arrived
+		}
 	}
 	c.stats.events.Add(int64(st.Events))
 	c.stats.batches.Add(1)

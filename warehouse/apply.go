@@ -22,6 +22,9 @@ type Record struct {
 	Partition int32
 	Offset    int64
 	Value     []byte
+	// Arrived is when it reached Kafka: the consumer closes a batch by
+	// the age of its oldest record.
+	Arrived time.Time
 }
 
 // Batch is what one warehouse transaction applies.

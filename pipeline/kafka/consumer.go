@@ -28,6 +28,8 @@ type Consumer struct {
 	// have.
 	next   map[string]map[int32]int64
 	paused map[TopicPartition]bool
+	// high is each partition's end as its last fetch reported it.
+	high map[TopicPartition]int64
 }
 
 // TopicPartition names a partition.
@@ -84,7 +86,7 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 		return nil, err
 	}
 	return &Consumer{cfg: cfg, cl: cl, adm: kadm.NewClient(cl), assigned: map[string]bool{}, next: map[string]map[int32]int64{},
-		paused: map[TopicPartition]bool{}}, nil
+		paused: map[TopicPartition]bool{}, high: map[TopicPartition]int64{}}, nil
 }
 
 // Close releases the client.
@@ -158,7 +160,8 @@ func (c *Consumer) Assign(ctx context.Context, topic string, partitions int, pos
 }
 
 // Poll waits for records (up to max) until ctx is done or wait passes.
-// Every partition's records must follow on without a gap.
+// Every partition's records must follow on without a gap. Behind says
+// whether Kafka held more than it returned.
 func (c *Consumer) Poll(ctx context.Context, max int, wait time.Duration) ([]*kgo.Record, error) {
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -182,7 +185,23 @@ func (c *Consumer) Poll(ctx context.Context, max int, wait time.Duration) ([]*kg
 		}
 		c.next[r.Topic][r.Partition] = r.Offset + 1
 	}
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		if p.Err == nil && p.HighWatermark >= 0 {
+			c.high[TopicPartition{p.Topic, p.Partition}] = p.HighWatermark
+		}
+	})
 	return recs, nil
+}
+
+// Behind says whether a partition held records beyond those Poll
+// returned when it last reported its end: the consumer is behind.
+func (c *Consumer) Behind() bool {
+	for tp, high := range c.high {
+		if next, ok := c.next[tp.Topic][tp.Partition]; ok && high > next {
+			return true
+		}
+	}
+	return false
 }
 
 // EndOffsets returns the end offset of every partition of topics.

@@ -120,6 +120,7 @@ func main() {
 	publish := flag.String("publish-sizes", "", "instead: measure publishing warehouses of these sizes in GB (e.g. 0.1,1,5)")
 	quick := flag.Bool("quick", false, "one run with rules, history and gold, its profile and the freshness; no other variant, backfill, asof or check")
 	profile := flag.String("profile", "", "also keep the profiled run's CPU and heap profiles in this directory")
+	bin := flag.String("bin", "", "measure this lakeflow binary instead of building the working tree's")
 	flag.Parse()
 	if *publish != "" {
 		if err := measurePublishing(*publish); err != nil {
@@ -128,7 +129,7 @@ func main() {
 		}
 		return
 	}
-	if err := run(*events, *out, *keep, *quick, *profile); err != nil {
+	if err := run(*events, *out, *keep, *quick, *profile, *bin); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -155,7 +156,7 @@ func measurePublishing(sizes string) error {
 	return nil
 }
 
-func run(events int, out string, keep, quick bool, profileDir string) error {
+func run(events int, out string, keep, quick bool, profileDir, bin string) error {
 	ctx := context.Background()
 	work, err := os.MkdirTemp("", "lakeflow-bench-")
 	if err != nil {
@@ -166,10 +167,12 @@ func run(events int, out string, keep, quick bool, profileDir string) error {
 	}
 	os.Chmod(work, 0o755)
 
-	step("building lakeflow")
-	bin := filepath.Join(work, "lakeflow")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %v\n%s", err, out)
+	if bin == "" {
+		step("building lakeflow")
+		bin = filepath.Join(work, "lakeflow")
+		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			return fmt.Errorf("go build: %v\n%s", err, out)
+		}
 	}
 	pgPort, err := freePort()
 	if err != nil {
@@ -492,6 +495,7 @@ func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn string) (FreshnessRe
 	if werr := cmd.Wait(); err == nil && werr != nil {
 		err = fmt.Errorf("lakeflow run --follow: %v\n%s", werr, log.String())
 	}
+	os.WriteFile(filepath.Join(filepath.Dir(cfgFile), "steady.log"), []byte(log.String()), 0o644)
 	if err != nil {
 		return r, err
 	}
