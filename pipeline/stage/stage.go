@@ -2,9 +2,9 @@
 // the pipe they work for, so that a CPU profile (lakeflow run --profile)
 // splits by stage: go tool pprof -tags, or -tagfocus stage=merge.
 //
-// Labels mark Go's own threads only: a DuckDB statement counts under the
-// stage that ran it for the thread that called it, not for DuckDB's
-// worker threads, which the Go profiler does not see.
+// Labels mark goroutines: a DuckDB statement counts under the stage that
+// ran it for the thread that called it; DuckDB's own worker threads are
+// sampled without a label (as the binary's and libc's code, no Go stack).
 package stage
 
 import (

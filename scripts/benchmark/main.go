@@ -4,6 +4,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -59,9 +60,13 @@ type Result struct {
 	// Freshness is run --follow under a steady load: source commit to
 	// silver commit, and to the published copy, per batch.
 	Freshness FreshnessResult `json:"freshness_steady"`
+	// Replay is lakeflow run into a fresh warehouse of the profiled run's
+	// data directory: the source has nothing new; Kafka holds every
+	// record, read from the start (the lake is not written again).
+	Replay RunResult `json:"replay_from_kafka"`
 	// StageCPU is the profiled run's CPU by pipe stage, in seconds, as
-	// Go's profiler sees it (DuckDB's worker threads are not: see
-	// pipeline/stage); ProfiledCPU is that run's whole CPU time.
+	// its profile sampled it (DuckDB's worker threads are "unlabelled":
+	// see pipeline/stage); ProfiledCPU is that run's whole CPU time.
 	StageCPU        map[string]float64 `json:"stage_cpu_seconds"`
 	ProfiledCPU     float64            `json:"profiled_run_cpu_seconds"`
 	CheckExit       int                `json:"check_exit_code"`
@@ -304,6 +309,16 @@ func run(events int, out string, keep, quick bool, profileDir, bin string) error
 		return err
 	}
 	res.ProfiledCPU = pr.CPUSecs
+	step("lakeflow run replaying the profiled run's Kafka topics into a fresh warehouse")
+	dataDir := filepath.Join(work, fmt.Sprintf("data-%d", profiled))
+	for _, f := range []string{"live.duckdb", "live.duckdb.wal", "warehouse.duckdb", "warehouse.duckdb.wal"} {
+		if err := os.Remove(filepath.Join(dataDir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	if err := measure(bin, cfgFiles[profiled], &res.Replay); err != nil {
+		return err
+	}
 	if quick {
 		step("lakeflow run --follow under a steady %d changes/s for %d s", steadyRate, steadySeconds)
 		if res.Freshness, err = steady(ctx, bin, cfgFiles[0], filepath.Join(work, "data-0", "lake"), dsn); err != nil {
@@ -311,6 +326,9 @@ func run(events int, out string, keep, quick bool, profileDir, bin string) error
 		}
 		data, _ := json.MarshalIndent(res, "", "  ")
 		fmt.Println(string(data))
+		if keep {
+			fmt.Fprintln(os.Stderr, "working directory kept:", work)
+		}
 		return nil
 	}
 	res.RulesRatio = res.Rules.Rate / res.Plain.Rate
@@ -377,7 +395,10 @@ func run(events int, out string, keep, quick bool, profileDir, bin string) error
 	line("+ history and gold:", res.Gold)
 	fmt.Printf("  rules on / off:        %.0f%%\n  history and gold on / off: %.0f%% (with rules both; fastest of each; every run, events/s: plain %v, rules %v, gold %v)\n",
 		100*res.RulesRatio, 100*res.GoldRatio, res.Rates[0], res.Rates[1], res.Rates[2])
-	fmt.Printf("  backfill --all:        %.2f s  = %.0f events/s  (lake → silver + history + quarantine + gold)\n", res.Backfill.Seconds, res.Backfill.Rate)
+	fmt.Printf("  replay from Kafka:     %.2f s  = %.0f events/s  (a fresh warehouse: silver + history + quarantine + gold; %.1f× pg_recvlogical)\n",
+		res.Replay.Seconds, res.Replay.Rate, res.Replay.Rate/res.RecvlogicalRate)
+	fmt.Printf("  backfill --all:        %.2f s  = %.0f events/s  (lake → silver + history + quarantine + gold; %.1f× pg_recvlogical)\n",
+		res.Backfill.Seconds, res.Backfill.Rate, res.Backfill.Rate/res.RecvlogicalRate)
 	for _, q := range []struct{ name, what string }{
 		{"table_end", "--table orders, end"}, {"table_early", "--table orders, early"}, {"out_end", "--out, end"}} {
 		a := res.AsOf[q.name]
@@ -623,8 +644,8 @@ func freePort() (int, error) {
 }
 
 // stageCPU reads a CPU profile's seconds by stage label (go tool pprof
-// -tags); "unlabelled" is the rest (start-up, the runtime, the garbage
-// collector's background work).
+// -tags); "unlabelled" is the rest (DuckDB's worker threads, start-up, the
+// runtime, the garbage collector).
 func stageCPU(path string) (map[string]float64, error) {
 	out, err := exec.Command("go", "tool", "pprof", "-tags", path).Output()
 	if err != nil {
