@@ -148,9 +148,12 @@ func (c *consumer) run(ctx context.Context) error {
 				return err
 			}
 		}
+		// Records held wait at most until their batch is due; once it is,
+		// for the watermark that ends it, which Poll returns as soon as
+		// it arrives (waiting less would only spin).
 		wait := c.cfg.BatchInterval
-		if len(c.pending) > 0 {
-			wait = max(c.cfg.BatchInterval-c.age(), time.Millisecond)
+		if left := c.cfg.BatchInterval - c.age(); len(c.pending) > 0 && left > 0 {
+			wait = left
 		}
 		recs, err := c.kafka.Poll(ctx, c.cfg.BatchEvents, wait)
 		if err != nil {
@@ -172,6 +175,8 @@ func (c *consumer) run(ctx context.Context) error {
 			rec := warehouse.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Value: r.Value, Arrived: arrival(r.Timestamp)}
 			if len(c.pending) == 0 {
 				c.opened, c.oldest = time.Now(), rec.Arrived
+			} else if rec.Arrived.Before(c.oldest) {
+				c.oldest = rec.Arrived
 			}
 			c.pending = append(c.pending, rec)
 			c.bytes += int64(len(r.Value))

@@ -111,10 +111,13 @@ func (p *publisher) due(ctx context.Context) error {
 		select {
 		case err := <-p.running:
 			p.running = nil
-			if err != nil {
-				if ctx.Err() != nil {
-					return err
-				}
+			switch {
+			case errors.Is(err, warehouse.ErrMidTransaction):
+				// A batch cut inside a large transaction committed since:
+				// the copy waits for the batch that ends it.
+			case err != nil && ctx.Err() != nil:
+				return err
+			case err != nil:
 				p.log.Warn("warehouse.path not published; retrying later", "err", err)
 				p.next = time.Now().Add(p.interval)
 			}
@@ -125,17 +128,19 @@ func (p *publisher) due(ctx context.Context) error {
 	if time.Now().Before(p.next) || !p.wh.Unpublished() || !p.wh.Consistent() {
 		return nil
 	}
-	p.running = make(chan error, 1)
+	done := make(chan error, 1)
+	p.running = done
 	go func() {
 		stage.Enter(stage.Publish)
-		p.running <- p.publish(ctx)
+		done <- p.publish(ctx, p.wh.PublishConsistent)
 	}()
 	return nil
 }
 
-// publish copies the warehouse and sets when the next copy is due.
-func (p *publisher) publish(ctx context.Context) error {
-	took, err := p.wh.Publish(ctx, p.path)
+// publish copies the warehouse with copyTo (a Publish) and sets when the
+// next copy is due.
+func (p *publisher) publish(ctx context.Context, copyTo func(context.Context, string) (time.Duration, error)) error {
+	took, err := copyTo(ctx, p.path)
 	if err != nil {
 		return err
 	}
@@ -151,7 +156,7 @@ func (p *publisher) publish(ctx context.Context) error {
 // closed under it.
 func (p *publisher) wait() {
 	if p.running != nil {
-		if err := <-p.running; err != nil {
+		if err := <-p.running; err != nil && !errors.Is(err, warehouse.ErrMidTransaction) {
 			p.log.Debug("the copy in flight was not published", "err", err)
 		}
 		p.running = nil
@@ -164,5 +169,5 @@ func (p *publisher) wait() {
 func (p *publisher) final(ctx context.Context) error {
 	p.wait()
 	stage.Enter(stage.Publish)
-	return p.publish(context.WithoutCancel(ctx))
+	return p.publish(context.WithoutCancel(ctx), p.wh.Publish)
 }

@@ -50,7 +50,7 @@ func createHistory(t *change.Table) string {
 // the whole history.)
 func (w *Warehouse) startHistory(ctx context.Context, t *table) error {
 	var exists bool
-	err := w.conn.QueryRowContext(ctx, "SELECT count(*) > 0 FROM duckdb_tables() WHERE schema_name = 'silver' AND table_name = ?",
+	err := w.conn.QueryRowContext(ctx, "SELECT count(*) > 0 FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = 'silver' AND table_name = ?",
 		t.schema.Name+"_history").Scan(&exists)
 	if err != nil || exists {
 		return err

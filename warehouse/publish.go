@@ -2,6 +2,8 @@ package warehouse
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"os"
@@ -19,17 +21,33 @@ import (
 // and renamed into place: a reader keeps the copy it opened, a new one
 // gets the newest, and neither waits for the pipeline.
 
+// ErrMidTransaction says a copy would have held part of a source
+// transaction (its last batch was not consistent): PublishConsistent made
+// none.
+var ErrMidTransaction = errors.New("the last batch ends inside a source transaction")
+
 // Publish copies the warehouse, as of its last committed batch, to path,
 // atomically, with lakeflow.published saying which batch the copy holds,
 // whether it ended at a source transaction boundary, and the source
 // position of the last one that did; it returns how long that took.
 //
-// It copies on a connection of its own, in one read transaction, so it
-// may run beside Apply (a copy of a large warehouse takes seconds; the
-// stream does not wait for it): the copy holds the batches committed
-// when it began, and says which from its own lakeflow.batches. At most
-// one Publish runs at a time.
+// It copies on a connection of its own, in one transaction, so it may run
+// beside Apply (a copy of a large warehouse takes seconds; the stream does
+// not wait for it): the copy holds the batches committed when it began,
+// and says which from its own lakeflow.batches. At most one Publish runs
+// at a time.
 func (w *Warehouse) Publish(ctx context.Context, path string) (time.Duration, error) {
+	return w.publish(ctx, path, false)
+}
+
+// PublishConsistent is Publish, unless the last batch committed when the
+// copy begins ends inside a source transaction: then it makes no copy and
+// returns ErrMidTransaction.
+func (w *Warehouse) PublishConsistent(ctx context.Context, path string) (time.Duration, error) {
+	return w.publish(ctx, path, true)
+}
+
+func (w *Warehouse) publish(ctx context.Context, path string, consistentOnly bool) (time.Duration, error) {
 	t0 := time.Now()
 	tmp := fmt.Sprintf("%s.%d.publishing", path, os.Getpid())
 	// Copies a killed process left half made (and their WAL) go first.
@@ -49,29 +67,53 @@ func (w *Warehouse) Publish(ctx context.Context, path string) (time.Duration, er
 	if err != nil {
 		return 0, err
 	}
-	defer conn.Close()
+	defer func() {
+		// Never back to the pool: a cancelled copy can leave the
+		// connection inside its transaction.
+		conn.Raw(func(any) error { return driver.ErrBadConn })
+		conn.Close()
+	}()
 	var db string
-	if err := conn.QueryRowContext(ctx, "SELECT current_database()").Scan(&db); err != nil {
-		return 0, err
-	}
 	var batch int64
-	for _, stmt := range []string{
-		"ATTACH " + literal(tmp) + " AS lakeflow_publish",
-		fmt.Sprintf("COPY FROM DATABASE %s TO lakeflow_publish", ident(db)),
-		// (A live file made from a copy has one already.)
-		`CREATE OR REPLACE TABLE lakeflow_publish.lakeflow.published AS
-			SELECT coalesce(max(batch), 0) AS batch, coalesce(arg_max(consistent, batch), true) AS consistent,
-				max(lsn) FILTER (consistent) AS _cdc_seq, arg_max(commit_ts, batch) FILTER (consistent) AS commit_ts, now() AS published_at
-			FROM lakeflow_publish.lakeflow.batches`,
+	consistent := true
+	background := context.WithoutCancel(ctx)
+	// An attachment is the database instance's, not the connection's: one
+	// a cancelled copy left goes first.
+	_, err = conn.ExecContext(ctx, "DETACH DATABASE IF EXISTS lakeflow_publish")
+	for _, step := range []func() error{
+		func() error { return conn.QueryRowContext(ctx, "SELECT current_database()").Scan(&db) },
+		func() error {
+			return exec(ctx, conn, "ATTACH "+literal(tmp)+" AS lakeflow_publish", "BEGIN TRANSACTION")
+		},
+		func() error {
+			// The snapshot the copy reads: it must not end mid-transaction.
+			return conn.QueryRowContext(ctx, "SELECT coalesce(arg_max(consistent, batch), true) FROM lakeflow.batches").Scan(&consistent)
+		},
+		func() error {
+			if consistentOnly && !consistent {
+				return ErrMidTransaction
+			}
+			return exec(ctx, conn, fmt.Sprintf("COPY FROM DATABASE %s TO lakeflow_publish", ident(db)),
+				// (A live file made from a copy has one already.)
+				`CREATE OR REPLACE TABLE lakeflow_publish.lakeflow.published AS
+					SELECT coalesce(max(batch), 0) AS batch, coalesce(arg_max(consistent, batch), true) AS consistent,
+						max(lsn) FILTER (consistent) AS _cdc_seq, arg_max(commit_ts, batch) FILTER (consistent) AS commit_ts, now() AS published_at
+					FROM lakeflow_publish.lakeflow.batches`)
+		},
+		func() error {
+			return conn.QueryRowContext(ctx, "SELECT batch FROM lakeflow_publish.lakeflow.published").Scan(&batch)
+		},
+		func() error { return exec(ctx, conn, "COMMIT") },
 	} {
-		if _, err = conn.ExecContext(ctx, stmt); err != nil {
+		if err != nil {
 			break
 		}
+		err = step()
 	}
-	if err == nil {
-		err = conn.QueryRowContext(ctx, "SELECT batch FROM lakeflow_publish.lakeflow.published").Scan(&batch)
+	if err != nil {
+		conn.ExecContext(background, "ROLLBACK") // if a transaction is open
 	}
-	if _, derr := conn.ExecContext(context.WithoutCancel(ctx), "DETACH DATABASE IF EXISTS lakeflow_publish"); err == nil {
+	if _, derr := conn.ExecContext(background, "DETACH DATABASE IF EXISTS lakeflow_publish"); err == nil {
 		err = derr
 	}
 	if err == nil {
@@ -92,10 +134,24 @@ func (w *Warehouse) Publish(ctx context.Context, path string) (time.Duration, er
 	}
 	if err != nil {
 		os.Remove(tmp)
+		os.Remove(tmp + ".wal")
+		if errors.Is(err, ErrMidTransaction) {
+			return 0, err
+		}
 		return 0, fmt.Errorf("publish %s: %w", path, err)
 	}
 	w.published.Store(batch)
 	return time.Since(t0), nil
+}
+
+// exec runs statements on conn in order.
+func exec(ctx context.Context, conn *sql.Conn, stmts ...string) error {
+	for _, s := range stmts {
+		if _, err := conn.ExecContext(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Unpublished says batches committed since the last Publish began.

@@ -366,12 +366,7 @@ func (w *Warehouse) inTx(ctx context.Context, fn func(ctx context.Context) error
 const txTimeout = 10 * time.Minute
 
 func (w *Warehouse) exec(ctx context.Context, stmts []string) error {
-	for _, s := range stmts {
-		if _, err := w.conn.ExecContext(ctx, s); err != nil {
-			return err
-		}
-	}
-	return nil
+	return exec(ctx, w.conn, stmts...)
 }
 
 func createTable(t *change.Table) string {

@@ -672,3 +672,45 @@ func TestPublishReplacesTheCopyAndItsLeftovers(t *testing.T) {
 		t.Fatalf("publishing a warehouse made from a copy: %v", err)
 	}
 }
+
+// TestPublishConsistentWaitsForTheTransactionsEnd: a copy made beside the
+// stream never holds part of a source transaction; the last copy of a run
+// may, and says so.
+func TestPublishConsistentWaitsForTheTransactionsEnd(t *testing.T) {
+	f := newFixture(t)
+	path := filepath.Join(f.dir, "published.duckdb")
+	ctx := context.Background()
+	f.apply(f.rec(change.OpCreate, 100, 1, "1", "cut", "")) // a batch cut inside a transaction
+	if _, err := f.wh.PublishConsistent(ctx, path); !errors.Is(err, ErrMidTransaction) {
+		t.Fatalf("PublishConsistent after a batch that ends mid-transaction: %v, want ErrMidTransaction", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(f.dir, "published.duckdb*")); len(left) != 0 {
+		t.Fatalf("no copy wanted, found %v", left)
+	}
+	published := func() (batch int, consistent bool) {
+		db, err := sql.Open("duckdb", path+"?access_mode=READ_ONLY")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if err := db.QueryRow("SELECT batch, consistent FROM lakeflow.published").Scan(&batch, &consistent); err != nil {
+			t.Fatal(err)
+		}
+		return batch, consistent
+	}
+	if _, err := f.wh.Publish(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	if b, c := published(); b != 1 || c {
+		t.Errorf("Publish: batch %d consistent %t, want batch 1, not consistent", b, c)
+	}
+	if _, err := f.wh.Apply(ctx, consistentBatch(f.rec(change.OpUpdate, 100, 2, "1", "whole", ""))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.wh.PublishConsistent(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	if b, c := published(); b != 2 || !c {
+		t.Errorf("PublishConsistent: batch %d consistent %t, want batch 2, consistent", b, c)
+	}
+}

@@ -156,6 +156,11 @@ func (c *Consumer) Assign(ctx context.Context, topic string, partitions int, pos
 	c.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts})
 	c.assigned[topic] = true
 	c.next[topic] = from.Next
+	for tp := range c.high {
+		if tp.Topic == topic {
+			delete(c.high, tp) // an end an earlier topic of that name reported
+		}
+	}
 	return from, reset, nil
 }
 
