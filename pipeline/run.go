@@ -76,6 +76,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		return err
 	}
 	defer wh.Close()
+	if err := wh.NumberAfterLake(ctx); err != nil {
+		return err
+	}
 	pub := &publisher{wh: wh, path: cfg.Warehouse.Path, interval: cfg.Warehouse.PublishInterval, log: log}
 	defer pub.wait() // before the warehouse closes
 	if err := wh.SetContracts(ctx, set); err != nil {

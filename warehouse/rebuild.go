@@ -184,6 +184,22 @@ func (w *Warehouse) SetFloor(ctx context.Context, floor change.LSN, last int64) 
 	return err
 }
 
+// NumberAfterLake makes a warehouse that has committed no batch yet
+// number its batches after the last one the lake's files name (a lost
+// warehouse rebuilt from Kafka by lakeflow run), so a name stays with one
+// position (lakeflow asof batch:N).
+func (w *Warehouse) NumberAfterLake(ctx context.Context) error {
+	if w.batch > 0 {
+		return nil
+	}
+	ls, err := w.ReadLakeState(ctx)
+	if err != nil {
+		return err
+	}
+	w.batch = ls.Batch
+	return nil
+}
+
 // AdoptLakeFiles records in lakeflow.lake_files the lake files of the
 // registered tables that it does not list (a warehouse rebuilt without
 // the old one's list), and returns how many.
