@@ -334,18 +334,10 @@ func assertAsOfEqualsSource(t *testing.T, h *harness, tables ...string) string {
 // first lost) holds two events at many offsets; asof, rules and
 // quarantine included, still gives the stream's warehouse.
 func TestAsOfAcrossKafkaResets(t *testing.T) {
-	h := newHarness(t, qualified(demoTables)...)
+	h := newDemoHarness(t)
 	useDemoContracts(t, h)
 	ctx := context.Background()
-	if err := demo.Setup(ctx, h.dsn); err != nil {
-		t.Fatal(err)
-	}
-	workload := func(seed uint64) Options {
-		return Options{Workload: func(ctx context.Context, dsn string) error {
-			_, err := demo.Workload{Events: 2000, Seed: seed}.Run(ctx, dsn)
-			return err
-		}}
-	}
+	workload := func(seed uint64) Options { return demoWorkload(demo.Workload{Events: 2000, Seed: seed}) }
 	h.run(t, workload(51))
 	if err := os.RemoveAll(h.cfg.Kafka.Dir); err != nil {
 		t.Fatal(err)

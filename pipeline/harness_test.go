@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/demo"
 	"github.com/lakeflow/lakeflow/pipeline/postgres"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )
@@ -168,4 +169,23 @@ func applySteps(ctx context.Context, dsn string, steps [][]string) error {
 		}
 	}
 	return nil
+}
+
+// newDemoHarness is a harness on the demo's tables, their schema created
+// in the source.
+func newDemoHarness(t *testing.T) *harness {
+	t.Helper()
+	h := newHarness(t, qualified(demoTables)...)
+	if err := demo.Setup(context.Background(), h.dsn); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// demoWorkload is a run that makes w's changes once the stream runs.
+func demoWorkload(w demo.Workload) Options {
+	return Options{Workload: func(ctx context.Context, dsn string) error {
+		_, err := w.Run(ctx, dsn)
+		return err
+	}}
 }

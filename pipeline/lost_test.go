@@ -15,19 +15,11 @@ import (
 // numbered after those the lake's files name, so batch:N names one
 // position.
 func TestLostWarehouseIsReplayedFromKafka(t *testing.T) {
-	h := newHarness(t, qualified(demoTables)...)
+	h := newDemoHarness(t)
 	ctx := context.Background()
-	if err := demo.Setup(ctx, h.dsn); err != nil {
-		t.Fatal(err)
-	}
 	// Paced, so that the first run commits more batches than the replay
 	// does: numbered from 1 again, the run after it would reuse theirs.
-	workload := func(seed uint64) Options {
-		return Options{Workload: func(ctx context.Context, dsn string) error {
-			_, err := demo.Workload{Events: 1500, Seed: seed, Rate: 1500}.Run(ctx, dsn)
-			return err
-		}}
-	}
+	workload := func(seed uint64) Options { return demoWorkload(demo.Workload{Events: 1500, Seed: seed, Rate: 1500}) }
 	h.run(t, workload(61))
 	before, err := AsOfBatches(ctx, h.cfg, 1000, h.log)
 	if err != nil || len(before) == 0 {

@@ -100,17 +100,8 @@ func topicOffsets(t *testing.T, cfg *config.Config, table string) (int64, int64)
 // changes the topic prefix: the pipeline resumes from the WAL, loses
 // nothing and writes nothing twice to the lake.
 func TestKafkaLossResumes(t *testing.T) {
-	h := newHarness(t, qualified(demoTables)...)
-	ctx := context.Background()
-	if err := demo.Setup(ctx, h.dsn); err != nil {
-		t.Fatal(err)
-	}
-	workload := func(seed uint64) Options {
-		return Options{Workload: func(ctx context.Context, dsn string) error {
-			_, err := demo.Workload{Events: 3000, Seed: seed}.Run(ctx, dsn)
-			return err
-		}}
-	}
+	h := newDemoHarness(t)
+	workload := func(seed uint64) Options { return demoWorkload(demo.Workload{Events: 3000, Seed: seed}) }
 	h.run(t, workload(1))
 	if err := os.RemoveAll(h.cfg.Kafka.Dir); err != nil {
 		t.Fatal(err)
