@@ -38,7 +38,7 @@ func main() {
 	app := newApp()
 	err := app.Run(flagsFirst(app, os.Args))
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "lakeflow: %s\n", oneLine(err.Error()))
+		fmt.Fprintf(os.Stderr, "lakeflow: %s\n", fault.OneLine(err.Error()))
 	}
 	os.Exit(exitCode(err))
 }
@@ -122,11 +122,6 @@ func valued(flags []cli.Flag) map[string]bool {
 		}
 	}
 	return out
-}
-
-// oneLine folds a message (DuckDB's span several lines) onto one line.
-func oneLine(msg string) string {
-	return strings.Join(strings.Fields(msg), " ")
 }
 
 func exitCode(err error) int {

@@ -29,7 +29,7 @@ func TestExitCodes(t *testing.T) {
 			t.Errorf("exitCode(%v) = %d, want %d", tc.err, got, tc.want)
 		}
 	}
-	if got := oneLine("Conversion Error: x\n\nLINE 1: SELECT\n   ^"); got != "Conversion Error: x LINE 1: SELECT ^" {
+	if got := fault.OneLine("Conversion Error: x\n\nLINE 1: SELECT\n   ^"); got != "Conversion Error: x LINE 1: SELECT ^" {
 		t.Errorf("oneLine: %q", got)
 	}
 }

@@ -273,7 +273,7 @@ func (r *CheckReport) checkData(ctx context.Context, cfg *config.Config, set con
 func (r *CheckReport) population(ctx context.Context, view *AsOf, part, name, severity, dataset, query, what, fix string) error {
 	n, rows, err := view.Violations(ctx, query, examples)
 	if err != nil {
-		r.add(Finding{Part: part, Check: name, Severity: "error", Dataset: dataset, Message: "the check does not run: " + oneLine(err.Error()),
+		r.add(Finding{Part: part, Check: name, Severity: "error", Dataset: dataset, Message: "the check does not run: " + fault.OneLine(err.Error()),
 			Fix: "correct its SQL in the contract"})
 		return nil
 	}
@@ -338,9 +338,6 @@ func (r *CheckReport) freshness(ctx context.Context, view *AsOf, c *contracts.Co
 	}
 	r.Passed[PartData]++
 }
-
-// oneLine folds a multi-line message onto one line.
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // checkRun is one scheduled run of the data checks.
 type checkRun struct {

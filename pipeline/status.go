@@ -14,6 +14,7 @@ import (
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/kafka"
 	"github.com/lakeflow/lakeflow/pipeline/postgres"
 	"github.com/lakeflow/lakeflow/warehouse"
@@ -101,7 +102,7 @@ func Status(ctx context.Context, cfg *config.Config, log *slog.Logger) (*StatusR
 	}
 	rd, err := warehouse.OpenReader(ctx, cfg.Warehouse.Path)
 	if err != nil {
-		r.Notes = append(r.Notes, oneLine(err.Error()))
+		r.Notes = append(r.Notes, fault.OneLine(err.Error()))
 		return r, nil
 	}
 	defer rd.Close()

@@ -3,7 +3,10 @@
 // main.go maps classes to exit codes.
 package fault
 
-import "errors"
+import (
+	"errors"
+	"strings"
+)
 
 var (
 	// ErrConfig: the configuration or the command line is wrong.
@@ -24,3 +27,7 @@ var (
 	// user asked for, failed.
 	ErrCheckFailed = errors.New("check failed")
 )
+
+// OneLine folds a message onto one line (DuckDB's span several), as the
+// command line prints errors.
+func OneLine(msg string) string { return strings.Join(strings.Fields(msg), " ") }
