@@ -12,6 +12,7 @@ import (
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/pipeline/stage"
 )
 
 // Consumer reads table topics and the watermark topic at offsets the
@@ -71,17 +72,23 @@ type Position struct {
 
 // NewConsumer connects to the brokers.
 func NewConsumer(cfg Config) (*Consumer, error) {
-	cl, err := newClient(cfg.Brokers,
-		kgo.FetchMaxBytes(16<<20),
-		// A little of every partition per fetch, so what arrives keeps
-		// pace across partitions and batches can end at watermarks.
-		kgo.FetchMaxPartitionBytes(1<<20),
-		kgo.FetchMaxWait(200*time.Millisecond),
-		kgo.MaxConcurrentFetches(1),
-		// Out of range is an error, never a reset to the log start (which
-		// would skip what retention deleted).
-		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
-	)
+	var cl *kgo.Client
+	var err error
+	// The client's goroutines (fetches, decompression) work for the
+	// fetch stage.
+	stage.Within(stage.Fetch, func() {
+		cl, err = newClient(cfg.Brokers,
+			kgo.FetchMaxBytes(16<<20),
+			// A little of every partition per fetch, so what arrives keeps
+			// pace across partitions and batches can end at watermarks.
+			kgo.FetchMaxPartitionBytes(1<<20),
+			kgo.FetchMaxWait(200*time.Millisecond),
+			kgo.MaxConcurrentFetches(1),
+			// Out of range is an error, never a reset to the log start (which
+			// would skip what retention deleted).
+			kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+		)
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -120,15 +120,21 @@ type mark struct {
 
 // NewProducer connects to the brokers and starts publishing watermarks.
 func NewProducer(cfg Config, log *slog.Logger) (*Producer, error) {
-	cl, err := newClient(cfg.Brokers,
-		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerBatchCompression(kgo.Lz4Compression()),
-		kgo.ProducerBatchMaxBytes(MaxMessageBytes),
-		kgo.MaxBufferedRecords(20000),
-		kgo.MaxBufferedBytes(64<<20),
-		kgo.RecordDeliveryTimeout(deliveryTimeout),
-		kgo.ProducerLinger(5*time.Millisecond),
-	)
+	var cl *kgo.Client
+	var err error
+	// The client's goroutines (batching, compression, requests) work for
+	// the produce stage.
+	stage.Within(stage.Produce, func() {
+		cl, err = newClient(cfg.Brokers,
+			kgo.RecordPartitioner(kgo.ManualPartitioner()),
+			kgo.ProducerBatchCompression(kgo.Lz4Compression()),
+			kgo.ProducerBatchMaxBytes(MaxMessageBytes),
+			kgo.MaxBufferedRecords(20000),
+			kgo.MaxBufferedBytes(64<<20),
+			kgo.RecordDeliveryTimeout(deliveryTimeout),
+			kgo.ProducerLinger(5*time.Millisecond),
+		)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -297,6 +303,7 @@ func (p *Producer) Flush(ctx context.Context) error {
 
 // watermarks publishes a watermark whenever more became durable.
 func (p *Producer) watermarks() {
+	stage.Enter(stage.Produce)
 	defer close(p.stopped)
 	t := time.NewTicker(watermarkInterval)
 	defer t.Stop()
