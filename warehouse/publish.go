@@ -73,43 +73,8 @@ func (w *Warehouse) publish(ctx context.Context, path string, consistentOnly boo
 		conn.Raw(func(any) error { return driver.ErrBadConn })
 		conn.Close()
 	}()
-	var db string
-	var batch int64
-	consistent := true
 	background := context.WithoutCancel(ctx)
-	// An attachment is the database instance's, not the connection's: one
-	// a cancelled copy left goes first.
-	_, err = conn.ExecContext(ctx, "DETACH DATABASE IF EXISTS lakeflow_publish")
-	for _, step := range []func() error{
-		func() error { return conn.QueryRowContext(ctx, "SELECT current_database()").Scan(&db) },
-		func() error {
-			return exec(ctx, conn, "ATTACH "+literal(tmp)+" AS lakeflow_publish", "BEGIN TRANSACTION")
-		},
-		func() error {
-			// The snapshot the copy reads: it must not end mid-transaction.
-			return conn.QueryRowContext(ctx, "SELECT coalesce(arg_max(consistent, batch), true) FROM lakeflow.batches").Scan(&consistent)
-		},
-		func() error {
-			if consistentOnly && !consistent {
-				return ErrMidTransaction
-			}
-			return exec(ctx, conn, fmt.Sprintf("COPY FROM DATABASE %s TO lakeflow_publish", ident(db)),
-				// (A live file made from a copy has one already.)
-				`CREATE OR REPLACE TABLE lakeflow_publish.lakeflow.published AS
-					SELECT coalesce(max(batch), 0) AS batch, coalesce(arg_max(consistent, batch), true) AS consistent,
-						max(lsn) FILTER (consistent) AS _cdc_seq, arg_max(commit_ts, batch) FILTER (consistent) AS commit_ts, now() AS published_at
-					FROM lakeflow_publish.lakeflow.batches`)
-		},
-		func() error {
-			return conn.QueryRowContext(ctx, "SELECT batch FROM lakeflow_publish.lakeflow.published").Scan(&batch)
-		},
-		func() error { return exec(ctx, conn, "COMMIT") },
-	} {
-		if err != nil {
-			break
-		}
-		err = step()
-	}
+	batch, err := copyInto(ctx, conn, tmp, consistentOnly)
 	if err != nil {
 		conn.ExecContext(background, "ROLLBACK") // if a transaction is open
 	}
@@ -142,6 +107,46 @@ func (w *Warehouse) publish(ctx context.Context, path string, consistentOnly boo
 	}
 	w.published.Store(batch)
 	return time.Since(t0), nil
+}
+
+// copyInto copies the database conn reads into a new file at tmp, in one
+// transaction, with the lakeflow.published record, and returns the batch
+// the copy holds. With consistentOnly, a snapshot whose last batch ends
+// inside a source transaction is not copied (ErrMidTransaction). The
+// caller rolls back and detaches.
+func copyInto(ctx context.Context, conn *sql.Conn, tmp string, consistentOnly bool) (int64, error) {
+	var db string
+	if err := conn.QueryRowContext(ctx, "SELECT current_database()").Scan(&db); err != nil {
+		return 0, err
+	}
+	// An attachment is the database instance's, not the connection's: one
+	// a cancelled copy left goes first.
+	err := exec(ctx, conn, "DETACH DATABASE IF EXISTS lakeflow_publish", "ATTACH "+literal(tmp)+" AS lakeflow_publish", "BEGIN TRANSACTION")
+	if err != nil {
+		return 0, err
+	}
+	consistent := true
+	err = conn.QueryRowContext(ctx, "SELECT coalesce(arg_max(consistent, batch), true) FROM lakeflow.batches").Scan(&consistent)
+	switch {
+	case err != nil:
+		return 0, err
+	case consistentOnly && !consistent:
+		return 0, ErrMidTransaction
+	}
+	err = exec(ctx, conn, fmt.Sprintf("COPY FROM DATABASE %s TO lakeflow_publish", ident(db)),
+		// (A live file made from a copy has one already.)
+		`CREATE OR REPLACE TABLE lakeflow_publish.lakeflow.published AS
+			SELECT coalesce(max(batch), 0) AS batch, coalesce(arg_max(consistent, batch), true) AS consistent,
+				max(lsn) FILTER (consistent) AS _cdc_seq, arg_max(commit_ts, batch) FILTER (consistent) AS commit_ts, now() AS published_at
+			FROM lakeflow_publish.lakeflow.batches`)
+	if err != nil {
+		return 0, err
+	}
+	var batch int64
+	if err := conn.QueryRowContext(ctx, "SELECT batch FROM lakeflow_publish.lakeflow.published").Scan(&batch); err != nil {
+		return 0, err
+	}
+	return batch, exec(ctx, conn, "COMMIT")
 }
 
 // exec runs statements on conn in order.
