@@ -90,7 +90,7 @@ func asofCommand() *cli.Command {
 				q = tableQuery(a, c.String("where"))
 			}
 			if n := c.Int("limit"); n > 0 {
-				q = fmt.Sprintf("SELECT * FROM (%s\n) LIMIT %d", strings.TrimRight(strings.TrimSpace(q), ";"), n)
+				q = fmt.Sprintf("SELECT * FROM (%s\n) LIMIT %d", warehouse.TrimQuery(q), n)
 			}
 			return printQuery(c, a, q)
 		},

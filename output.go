@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -56,10 +57,11 @@ type querier interface {
 func printQuery(c *cli.Context, db querier, q string) error {
 	format := c.String("format")
 	if format == "csv" {
-		if err := db.CSV(c.Context, q, os.Stdout); err != nil {
-			return fmt.Errorf("%w: %v", fault.ErrConfig, err)
+		err := db.CSV(c.Context, q, os.Stdout)
+		if err != nil && !errors.Is(err, fault.ErrEnvironment) {
+			err = fmt.Errorf("%w: %v", fault.ErrConfig, err)
 		}
-		return nil
+		return err
 	}
 	res, err := db.Query(c.Context, q, format == "json")
 	if err != nil {

@@ -3,7 +3,6 @@ package warehouse
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -39,7 +38,7 @@ func (w *Warehouse) LakeViews(ctx context.Context, b Bound) error {
 // and up to n of them as JSON objects.
 func (w *Warehouse) Violations(ctx context.Context, query string, n int) (int64, []string, error) {
 	rows, err := w.conn.QueryContext(ctx, fmt.Sprintf("SELECT count(*) OVER (), to_json(v)::VARCHAR FROM (%s\n) v LIMIT %d",
-		strings.TrimRight(strings.TrimSpace(query), ";"), n))
+		TrimQuery(query), n))
 	if err != nil {
 		return 0, nil, err
 	}

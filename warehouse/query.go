@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/lakeflow/lakeflow/pipeline/fault"
 )
 
 // Query results as text, for lakeflow asof, sql and the other commands
@@ -42,30 +44,36 @@ func (w *Warehouse) CSV(ctx context.Context, q string, out io.Writer) error {
 // writeCSV writes q's result to out as CSV with a header (NULL an empty
 // field, an empty string ""). DuckDB writes it to a temporary file: a
 // fraction of the cost of reading every value through Go.
+// Errors other than the query's are fault.ErrEnvironment.
 func writeCSV(ctx context.Context, conn *sql.Conn, q string, out io.Writer) error {
 	dir, err := os.MkdirTemp("", "lakeflow-csv-")
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "result.csv")
-	q = strings.TrimRight(strings.TrimSpace(q), "; \t\n")
-	if _, err := conn.ExecContext(ctx, fmt.Sprintf("COPY (SELECT * FROM (%s\n)) TO %s (FORMAT csv, HEADER)", q, literal(path))); err != nil {
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("COPY (SELECT * FROM (%s\n)) TO %s (FORMAT csv, HEADER)", TrimQuery(q), literal(path))); err != nil {
 		return err
 	}
 	f, err := os.Open(path)
-	if err != nil {
-		return err
+	if err == nil {
+		_, err = io.Copy(out, f)
+		f.Close()
 	}
-	defer f.Close()
-	_, err = io.Copy(out, f)
-	return err
+	if err != nil {
+		return fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
+	}
+	return nil
 }
+
+// TrimQuery is a user's query without the blanks and semicolons around
+// it, to be wrapped in another statement.
+func TrimQuery(q string) string { return strings.TrimRight(strings.TrimSpace(q), "; \t\n") }
 
 // query runs q on conn and returns its result as text (or JSON rows).
 func query(ctx context.Context, conn *sql.Conn, q string, asJSON bool) (Result, error) {
 	var res Result
-	q = strings.TrimRight(strings.TrimSpace(q), "; \t\n")
+	q = TrimQuery(q)
 	wrapped := fmt.Sprintf("SELECT COLUMNS(*)::VARCHAR FROM (%s\n)", q)
 	if asJSON {
 		wrapped = fmt.Sprintf("SELECT to_json(lakeflow_row)::VARCHAR FROM (%s\n) AS lakeflow_row", q)
