@@ -106,21 +106,23 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 	if len(ls.Schemas) == 0 {
 		return fail(fmt.Errorf("%w: the lake at %s holds no events yet", fault.ErrConfig, cfg.Lake.Dir))
 	}
-	silverOnly := false
+	// asked is the source ID of the silver table asked for, if one was.
+	asked := ""
 	if opts.Table != "" {
 		name := strings.TrimPrefix(opts.Table, "silver.")
 		for _, s := range ls.Newest() {
 			if s.Table.Name == name {
-				silverOnly, a.Relation, a.Silver = true, "silver."+quoteIdent(name), true
+				asked, a.Relation, a.Silver = s.Table.ID(), "silver."+quoteIdent(name), true
 				for _, i := range s.Table.KeyColumns() {
 					a.Key = append(a.Key, quoteIdent(s.Table.Columns[i].Name))
 				}
 			}
 		}
-		if !silverOnly {
+		if asked == "" {
 			a.Relation = opts.Table
 		}
 	}
+	silverOnly := asked != ""
 	if silverOnly {
 		wh.SkipHistory() // one silver table: no history asked for
 	}
@@ -137,7 +139,7 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 	schemas := ls.Schemas
 	var tables map[string]bool
 	if silverOnly {
-		tables = readBy(set, ls.Schemas, a.Relation)
+		tables = readBy(set, asked)
 		schemas = schemas[:0:0]
 		for _, s := range ls.Schemas {
 			if tables[s.Table.ID()] {
@@ -153,12 +155,7 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 	}
 	scope := warehouse.ReplayScope{Upto: &a.Bound, Tables: tables}
 	if silverOnly {
-		// The tables its rules read are judged, not merged.
-		for _, s := range ls.Newest() {
-			if "silver."+quoteIdent(s.Table.Name) == a.Relation {
-				scope.Apply = map[string]bool{s.Table.ID(): true}
-			}
-		}
+		scope.Apply = map[string]bool{asked: true} // the tables its rules read are judged, not merged
 	}
 	if a.Stats, err = wh.Replay(ctx, scope); err != nil {
 		return fail(err)
@@ -203,10 +200,10 @@ func (a *AsOf) Close() error {
 	return a.Warehouse.Close()
 }
 
-// readBy is the set of tables (source IDs) to build for the silver table
-// rel: it, and the tables its contract's existence rules read, and
-// theirs.
-func readBy(set contracts.Set, schemas []warehouse.Schema, rel string) map[string]bool {
+// readBy is the set of tables (source IDs) to build for the table with
+// source ID id: it, and the tables its contract's existence rules read,
+// and theirs.
+func readBy(set contracts.Set, id string) map[string]bool {
 	out := map[string]bool{}
 	var add func(id string)
 	add = func(id string) {
@@ -222,11 +219,7 @@ func readBy(set contracts.Set, schemas []warehouse.Schema, rel string) map[strin
 			}
 		}
 	}
-	for _, s := range schemas {
-		if "silver."+quoteIdent(s.Table.Name) == rel {
-			add(s.Table.ID())
-		}
-	}
+	add(id)
 	return out
 }
 
