@@ -78,7 +78,7 @@ func Check(ctx context.Context, cfg *config.Config, only string, log *slog.Logge
 		}
 		r.add(Finding{Part: PartContracts, Check: "contracts.valid", Severity: "error", Message: err.Error(),
 			Fix: "correct the contract files named (file:line)"})
-		if only == "" || only == PartContracts {
+		if run(PartContracts) {
 			r.Seconds = time.Since(t0).Seconds()
 			return r, nil // nothing else can be judged without them
 		}
@@ -151,10 +151,7 @@ func (r *CheckReport) checkSource(ctx context.Context, cfg *config.Config, set c
 	if err != nil {
 		return err
 	}
-	known := map[string]*change.Table{}
-	for id, t := range view.Schemas() {
-		known[id] = t
-	}
+	known := view.Schemas()
 	for _, d := range drafts {
 		live, err := d.Schema()
 		if err != nil {
@@ -315,7 +312,7 @@ func existenceSQL(t, u *change.Table, rule contracts.Rule) string {
 	for _, p := range rule.References.Columns {
 		on = append(on, fmt.Sprintf("u.%s = t.%s", quoteIdent(p[1]), quoteIdent(p[0])))
 		notNull = append(notNull, "t."+quoteIdent(p[0])+" IS NOT NULL")
-		detail = append(detail, fmt.Sprintf("'%s = ' || t.%s", p[0], quoteIdent(p[0])))
+		detail = append(detail, fmt.Sprintf("'%s = ' || t.%s", strings.ReplaceAll(p[0], "'", "''"), quoteIdent(p[0])))
 	}
 	return fmt.Sprintf(`SELECT concat_ws('/', %s) AS key, concat_ws(', ', %s) AS detail FROM silver.%s t
 		WHERE NOT t._deleted AND %s AND NOT EXISTS (SELECT 1 FROM silver.%s u WHERE NOT u._deleted AND %s)`,
