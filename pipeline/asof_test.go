@@ -277,7 +277,7 @@ func TestAsOfBesideARunningPipeline(t *testing.T) {
 	}
 	time.Sleep(time.Second) // a scheduled check or more, recorded
 	cancel()
-	if err := <-done; err != nil {
+	if err := waitStopped(t, done); err != nil {
 		t.Fatalf("the run beside asof: %v", err)
 	}
 	if built < 5 {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -68,7 +67,6 @@ func TestInterruptFinishesTheBatchAndExitsZero(t *testing.T) {
 // TestDemoOnEmbeddedDefaults runs the README's demo command with only the
 // ports and directory changed: embedded PostgreSQL, embedded Kafka.
 func TestDemoOnEmbeddedDefaults(t *testing.T) {
-	bin := lakeflowBinary(t)
 	// The embedded server may run as the postgres user, which must reach
 	// the directory (t.TempDir's parent is private).
 	dir, err := os.MkdirTemp("", "lakeflow-demo-")
@@ -86,7 +84,7 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 	if err := os.WriteFile(file, []byte(toml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--config", file, "run", "--demo", "--demo-events", "3000")
+	cmd := lakeflowCmd(t, "--config", file, "run", "--demo", "--demo-events", "3000")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("lakeflow run --demo: %v\n%s", err, out)
@@ -103,23 +101,23 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 	}
 	// Time travel from the lake: the recorded positions, one by name, and
 	// flags after the position.
-	out, err = exec.Command(bin, "--config", file, "asof", "--list", "--format", "csv").CombinedOutput()
+	out, err = lakeflowCmd(t, "--config", file, "asof", "--list", "--format", "csv").CombinedOutput()
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	if err != nil || len(lines) < 2 || lines[0] != "position,lsn,_cdc_seq,commit_ts" || !strings.HasPrefix(lines[1], "batch:") {
 		t.Fatalf("lakeflow asof --list: %v\n%s", err, out)
 	}
 	name, _, _ := strings.Cut(lines[1], ",")
-	out, err = exec.Command(bin, "--config", file, "asof", name, "--table", "orders", "--format", "json", "--limit", "2").Output()
+	out, err = lakeflowCmd(t, "--config", file, "asof", name, "--table", "orders", "--format", "json", "--limit", "2").Output()
 	if err != nil || strings.Count(string(out), "\n") != 2 || !strings.HasPrefix(string(out), `{"id":`) {
 		t.Fatalf("lakeflow asof %s --table orders --format json --limit 2: %v\n%s", name, err, out)
 	}
-	cmd = exec.Command(bin, "--config", file, "asof", "last tuesday", "--table", "orders")
+	cmd = lakeflowCmd(t, "--config", file, "asof", "last tuesday", "--table", "orders")
 	out, err = cmd.CombinedOutput()
 	if cmd.ProcessState.ExitCode() != 2 || strings.Count(string(out), "\n") != 1 || !strings.Contains(string(out), "an LSN (0/1A2B3C4)") {
 		t.Fatalf("lakeflow asof with a malformed position: exit %d, %v\n%s", cmd.ProcessState.ExitCode(), err, out)
 	}
 	// The user's next step on their own database: contracts from the source.
-	out, err = exec.Command(bin, "--config", file, "contracts", "init").CombinedOutput()
+	out, err = lakeflowCmd(t, "--config", file, "contracts", "init").CombinedOutput()
 	if err != nil || strings.Count(string(out), "wrote ") != 5 {
 		t.Fatalf("lakeflow contracts init: %v\n%s", err, out)
 	}
@@ -128,12 +126,12 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 	}
 	// The catalog, derived from the lake and the contracts just written,
 	// and its lineage naming every dataset.
-	out, err = exec.Command(bin, "--config", file, "catalog", "init").CombinedOutput()
+	out, err = lakeflowCmd(t, "--config", file, "catalog", "init").CombinedOutput()
 	if err != nil || strings.Count(string(out), "wrote ") < 20 {
 		t.Fatalf("lakeflow catalog init: %v\n%s", err, out)
 	}
 	// Again: every entry exists, as JSON log lines say.
-	cmd = exec.Command(bin, "--config", file, "--log-format", "json", "catalog", "init")
+	cmd = lakeflowCmd(t, "--config", file, "--log-format", "json", "catalog", "init")
 	var logs strings.Builder
 	cmd.Stderr = &logs
 	if err := cmd.Run(); err != nil {
@@ -154,11 +152,11 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 	if entries < 20 {
 		t.Fatalf("--log-format json: %d entries logged\n%s", entries, logs.String())
 	}
-	out, err = exec.Command(bin, "--config", file, "catalog", "--format", "csv").Output()
+	out, err = lakeflowCmd(t, "--config", file, "catalog", "--format", "csv").Output()
 	if err != nil || !strings.Contains(string(out), "silver.orders,silver,") {
 		t.Fatalf("lakeflow catalog: %v\n%s", err, out)
 	}
-	graph, err := exec.Command(bin, "--config", file, "catalog", "--lineage").Output()
+	graph, err := lakeflowCmd(t, "--config", file, "catalog", "--lineage").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +169,7 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 	// lakeflow check: the catalog just derived names no owner for the
 	// marts and lakeflow's tables (exit 6, the report as JSON); a broken
 	// contract fails the contracts part (exit 5).
-	cmd = exec.Command(bin, "--config", file, "check", "--only", "catalog", "--json")
+	cmd = lakeflowCmd(t, "--config", file, "check", "--only", "catalog", "--json")
 	out, _ = cmd.Output()
 	var report struct {
 		Findings []struct {
@@ -187,7 +185,7 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(cfg.Contracts.Dir, "broken.toml"), []byte("table = \"public.orders\"\nowner = 3\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd = exec.Command(bin, "--config", file, "check", "--only", "contracts")
+	cmd = lakeflowCmd(t, "--config", file, "check", "--only", "contracts")
 	out, _ = cmd.CombinedOutput()
 	if cmd.ProcessState.ExitCode() != 5 || !strings.Contains(string(out), "broken.toml:2") {
 		t.Fatalf("lakeflow check with a broken contract: exit %d\n%s", cmd.ProcessState.ExitCode(), out)

@@ -179,7 +179,7 @@ func TestRestartMidTransactionLosesNothing(t *testing.T) {
 
 	waitApplied(301)
 	cancel()
-	<-errc
+	waitStopped(t, errc)
 	cons.Close()
 	wh.Close()
 	db, err := sql.Open("duckdb", whPath)

@@ -69,7 +69,27 @@ func (p *process) kill(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-p.exited
+	p.wait(t)
+}
+
+// wait waits for the process to exit and returns how it did. One still
+// running after runLimit is stuck: it is made to print its goroutines'
+// stacks (SIGQUIT; they reach the test's log) and the test fails.
+func (p *process) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-p.exited:
+		return err
+	case <-time.After(runLimit):
+	}
+	p.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		p.cmd.Process.Kill()
+	}
+	t.Fatalf("lakeflow %s did not exit in %v", strings.Join(p.cmd.Args[1:], " "), runLimit)
+	return nil
 }
 
 // TestKillNineAndReplay kills `lakeflow run --follow` with SIGKILL at
@@ -107,7 +127,7 @@ func TestKillNineAndReplay(t *testing.T) {
 	p.waitBatches(t, 1)
 	p.kill(t)
 	p = start(t, h, "run")
-	if err := <-p.exited; err != nil {
+	if err := p.wait(t); err != nil {
 		t.Fatalf("lakeflow run: %v", err)
 	}
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, demoTables...)
@@ -136,7 +156,7 @@ func TestKillDuringSnapshot(t *testing.T) {
 	}
 	pgtest.Exec(t, h.dsn, "DELETE FROM orders WHERE id % 7 = 0")
 	p = start(t, h, "run")
-	if err := <-p.exited; err != nil {
+	if err := p.wait(t); err != nil {
 		t.Fatalf("lakeflow run: %v", err)
 	}
 	if !strings.Contains(h.logs.String(), "did not finish") {

@@ -60,7 +60,7 @@ func TestEndToEnd(t *testing.T) {
 	fresh.Warehouse.Path = filepath.Join(h.dir, "rebuild", "warehouse.duckdb")
 	fresh.Warehouse.Live = filepath.Join(h.dir, "rebuild", "live.duckdb")
 	fresh.Lake.Dir = filepath.Join(h.dir, "rebuild", "lake")
-	if err := Run(ctx, &fresh, Options{}, h.log); err != nil {
+	if err := runWatched(t, &fresh, Options{}, h.log); err != nil {
 		t.Fatal(err)
 	}
 	assertSameSilver(t, h.cfg.Warehouse.Path, fresh.Warehouse.Path, allTables...)

@@ -8,9 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -50,6 +53,20 @@ func lakeflowBinary(t *testing.T) string {
 		t.Fatal(binaryErr)
 	}
 	return binaryPath
+}
+
+// lakeflowCmd is the lakeflow command with args, bounded: one still
+// running after runLimit prints its goroutines' stacks into its output
+// (SIGQUIT) and ends.
+func lakeflowCmd(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	bin := lakeflowBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), runLimit)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+	cmd.WaitDelay = 10 * time.Second
+	return cmd
 }
 
 func binaryCleanup() {
@@ -141,10 +158,66 @@ listen = "127.0.0.1:%d"
 // run runs the pipeline in this process.
 func (h *harness) run(t *testing.T, opts Options) {
 	t.Helper()
-	if err := Run(context.Background(), h.cfg, opts, h.log); err != nil {
+	if err := runWatched(t, h.cfg, opts, h.log); err != nil {
 		t.Fatalf("lakeflow run: %v", err)
 	}
 }
+
+// runWatched is Run, watched: a run that hangs is cancelled, and one that
+// does not stop then ends the test binary with every goroutine's stack,
+// naming the test (a hang fails where it happens instead of at the
+// package's timeout).
+func runWatched(t *testing.T, cfg *config.Config, opts Options, log *slog.Logger) error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-done:
+			return
+		case <-time.After(runLimit):
+			log.Error("the run did not end in time: cancelled", "limit", runLimit)
+			cancel()
+		}
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			stuck(t, fmt.Sprintf("lakeflow run neither ended in %v nor stopped a minute after it was cancelled", runLimit))
+		}
+	}()
+	err := Run(ctx, cfg, opts, log)
+	if ctx.Err() != nil {
+		t.Fatalf("lakeflow run did not end in %v (%v)", runLimit, err)
+	}
+	return err
+}
+
+// stuck ends the test binary with every goroutine's stack: what the test
+// waits for will never come, and the package's timeout would only say so
+// much later, without the test's name.
+func stuck(t *testing.T, what string) {
+	debug.SetTraceback("all")
+	panic(t.Name() + ": " + what)
+}
+
+// waitStopped waits for the error of a pipeline (Run, a consumer) that was
+// told to stop.
+func waitStopped(t *testing.T, errc <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(time.Minute):
+		stuck(t, "the pipeline did not stop a minute after it was cancelled")
+		return nil
+	}
+}
+
+// runLimit is far beyond any test's run, on the slowest machine: a run
+// still going then is stuck.
+const runLimit = 5 * time.Minute
 
 // applySteps runs each step (a list of statements) as one transaction.
 func applySteps(ctx context.Context, dsn string, steps [][]string) error {

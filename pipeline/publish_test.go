@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -75,7 +74,7 @@ func TestPublishedWarehouseWhileRunning(t *testing.T) {
 	var batches []int
 	busiest := int64(0)
 	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
-		out, err := exec.Command(lakeflowBinary(t), "--config", h.file, "sql", "--format", "csv",
+		out, err := lakeflowCmd(t, "--config", h.file, "sql", "--format", "csv",
 			"SELECT (SELECT batch FROM lakeflow.published), ("+torn+")").CombinedOutput()
 		if err != nil {
 			t.Fatalf("lakeflow sql while the pipeline runs: %v\n%s", err, out)
@@ -149,7 +148,7 @@ func TestPublishedWarehouseWhileRunning(t *testing.T) {
 // status runs lakeflow status --json.
 func status(t *testing.T, h *harness) StatusReport {
 	t.Helper()
-	out, err := exec.Command(lakeflowBinary(t), "--config", h.file, "status", "--json").Output()
+	out, err := lakeflowCmd(t, "--config", h.file, "status", "--json").Output()
 	var st StatusReport
 	if err == nil {
 		err = json.Unmarshal(out, &st)

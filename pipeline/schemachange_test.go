@@ -37,7 +37,7 @@ func TestSchemaChangesUnderTheContract(t *testing.T) {
 	h.run(t, Options{})
 	stops := func(step []string, wants ...string) {
 		t.Helper()
-		err := Run(context.Background(), h.cfg, Options{Workload: func(ctx context.Context, dsn string) error {
+		err := runWatched(t, h.cfg, Options{Workload: func(ctx context.Context, dsn string) error {
 			return applySteps(ctx, dsn, [][]string{step, {`UPDATE t SET id = id WHERE id = 1`}})
 		}}, h.log)
 		if !errors.Is(err, fault.ErrSchemaBreak) {
@@ -75,7 +75,7 @@ func TestSchemaChangesUnderTheContract(t *testing.T) {
 	stops([]string{`ALTER TABLE t ALTER COLUMN d TYPE integer USING length(d)`, `INSERT INTO t (id, bb, c, d) VALUES (23, 23, 230, 23)`},
 		"column d changed type from text to integer")
 	contract(col("id", "integer") + col("bb", "integer", `renamed_from = "b"`) + col("c", "integer") + col("d", "integer"))
-	err := Run(context.Background(), h.cfg, Options{}, h.log)
+	err := runWatched(t, h.cfg, Options{}, h.log)
 	if !errors.Is(err, fault.ErrSchemaBreak) || !strings.Contains(err.Error(), `column d of silver."t" cannot become INTEGER in silver`) {
 		t.Fatalf("want silver to refuse the retype, got %v", err)
 	}
