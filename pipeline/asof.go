@@ -124,7 +124,7 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 	}
 	silverOnly := asked != ""
 	if silverOnly {
-		wh.SkipHistory() // one silver table: no history asked for
+		wh.ForSilver() // one silver table: no history or quarantine asked for
 	}
 	if err := a.resolve(ctx, pos, ls); err != nil {
 		return fail(err)

@@ -218,7 +218,9 @@ func (w *Warehouse) quarantine(ctx context.Context, judged []*table) (quarantine
 	}
 	for _, t := range judged {
 		c := counts[t.id]
-		if c.held+c.warned == 0 {
+		quarantined += c.held
+		warned += c.warned
+		if c.held+c.warned == 0 || (w.view != nil && w.view.Unrecorded) {
 			continue
 		}
 		// A batch is judged once: a replay after a crash follows a
@@ -231,8 +233,6 @@ func (w *Warehouse) quarantine(ctx context.Context, judged []*table) (quarantine
 		if err != nil {
 			return 0, 0, fmt.Errorf("record the quarantine of %s: %w", t.schema.ID(), err)
 		}
-		quarantined += c.held
-		warned += c.warned
 	}
 	return quarantined, warned, nil
 }

@@ -171,6 +171,9 @@ func Open(ctx context.Context, cfg config.Warehouse, lk *lake.Lake, log *slog.Lo
 // and keeps history only if asked.
 type View struct {
 	History bool
+	// Unrecorded: the rules hold changes back, but lakeflow.quarantine
+	// is not written (the view answers for silver alone).
+	Unrecorded bool
 }
 
 // OpenView creates a warehouse at path ("": in memory) that reads the
@@ -179,11 +182,12 @@ func OpenView(ctx context.Context, path string, memoryLimit int64, lk *lake.Lake
 	return open(ctx, config.Warehouse{Path: path, MemoryLimit: memoryLimit}, lk, log, &v)
 }
 
-// SkipHistory makes a view keep no history, from the tables registered
-// next on.
-func (w *Warehouse) SkipHistory() {
+// ForSilver makes a view build silver alone: no history, from the tables
+// registered next on, and no quarantine records (the rules still hold
+// changes back).
+func (w *Warehouse) ForSilver() {
 	if w.view != nil {
-		w.view.History = false
+		w.view.History, w.view.Unrecorded = false, true
 	}
 }
 
