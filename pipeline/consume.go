@@ -45,7 +45,6 @@ type consumer struct {
 	seen      map[string]warehouse.TopicPosition
 	pending   []warehouse.Record
 	bytes     int64
-	opened    time.Time // when the consumer took the first record held
 	oldest    time.Time // when the oldest record held reached Kafka
 	// marks are watermarks received and not yet applied, in order; bounds
 	// is, per table topic partition, the end offset as of the last one.
@@ -173,9 +172,7 @@ func (c *consumer) run(ctx context.Context) error {
 				continue
 			}
 			rec := warehouse.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Value: r.Value, Arrived: arrival(r.Timestamp)}
-			if len(c.pending) == 0 {
-				c.opened, c.oldest = time.Now(), rec.Arrived
-			} else if rec.Arrived.Before(c.oldest) {
+			if len(c.pending) == 0 || rec.Arrived.Before(c.oldest) {
 				c.oldest = rec.Arrived
 			}
 			c.pending = append(c.pending, rec)
@@ -201,17 +198,18 @@ func (c *consumer) run(ctx context.Context) error {
 	}
 }
 
-// age is how long the records held have waited, for batch_interval:
-// while the consumer keeps up, since the oldest of them reached Kafka
-// (those that arrived while the batch before was applied have waited
-// that long already); while it is behind, since it took the first of
-// them (records waiting in Kafka are old: by their age every poll would
-// be a batch, where larger batches catch up faster).
-func (c *consumer) age() time.Duration {
-	if c.kafka.Behind() {
-		return time.Since(c.opened)
-	}
-	return time.Since(c.oldest)
+// age is how long the records held have waited: since the oldest of them
+// reached Kafka (those that arrived while the batch before was applied
+// have waited that long already).
+func (c *consumer) age() time.Duration { return time.Since(c.oldest) }
+
+// waited says whether the records held have waited batch_interval. While
+// the consumer is behind (Kafka held more than it returned) they never
+// have: records waiting in Kafka are old, and by their age every poll
+// would be a batch, where full batches catch up faster; the batch ends
+// full, or once the consumer has caught up.
+func (c *consumer) waited() bool {
+	return !c.kafka.Behind() && c.age() >= c.cfg.BatchInterval
 }
 
 // arrival is when a record reached Kafka (its timestamp), or now if the
@@ -278,7 +276,7 @@ func (c *consumer) step(ctx context.Context, target map[string]map[int32]int64) 
 		return nil
 	}
 	last := target != nil && n == len(c.pending) && reached(c.seen, target)
-	if n == 0 || last || hard || n >= c.cfg.BatchEvents || size >= c.cfg.BatchBytes || c.age() >= c.cfg.BatchInterval {
+	if n == 0 || last || hard || n >= c.cfg.BatchEvents || size >= c.cfg.BatchBytes || c.waited() {
 		return c.apply(ctx, n, m)
 	}
 	return nil
@@ -423,7 +421,7 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 	}
 	c.pending = rest
 	c.bytes = 0
-	c.opened, c.oldest = time.Now(), time.Now()
+	c.oldest = time.Now()
 	for _, r := range rest {
 		c.bytes += int64(len(r.Value))
 		if r.Arrived.Before(c.oldest) {

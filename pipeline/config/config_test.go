@@ -39,7 +39,7 @@ func TestMissingDefaultFileUsesBuiltInDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.File != "" || cfg.Pipeline.BatchInterval != time.Second || cfg.Kafka.RetentionBytes != 1<<30 {
+	if cfg.File != "" || cfg.Pipeline.BatchInterval != 500*time.Millisecond || cfg.Kafka.RetentionBytes != 1<<30 {
 		t.Fatalf("unexpected defaults: %+v", cfg)
 	}
 	if _, err := Load("other.toml", nil); !errors.Is(err, fault.ErrConfig) {

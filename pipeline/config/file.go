@@ -112,7 +112,7 @@ func defaults() file {
 		Pipeline: pipelineFile{
 			BatchEvents:   50000,
 			BatchBytes:    "64MiB",
-			BatchInterval: "1s",
+			BatchInterval: "500ms",
 		},
 	}
 }
