@@ -194,11 +194,14 @@ func (m *mart) checkTouched() error {
 
 // activateMarts sets up the marts whose tables all exist now.
 func (w *Warehouse) activateMarts(ctx context.Context) error {
+	// Marts built now often ask the same of a table (the order day of
+	// every order): each question is answered once.
+	answers := map[string]string{}
 	for _, m := range w.marts {
 		if m.active || slices.ContainsFunc(m.reads, func(t string) bool { return w.silverTable(t) == nil }) {
 			continue
 		}
-		if err := w.activate(ctx, m); err != nil {
+		if err := w.activate(ctx, m, answers); err != nil {
 			return err
 		}
 	}
@@ -235,7 +238,7 @@ func bindError(file string, line int, err error) error {
 
 // activate binds a mart's SQL, creates its table, and builds it whole if
 // it is new or its SQL changed.
-func (w *Warehouse) activate(ctx context.Context, m *mart) error {
+func (w *Warehouse) activate(ctx context.Context, m *mart, answers map[string]string) error {
 	hash := sha256.Sum256([]byte(m.Grain + "\x00" + m.SQL))
 	sum := hex.EncodeToString(hash[:8])
 	m.grainType = "BOOLEAN" // a full mart's lakeflow_refresh is never read
@@ -300,14 +303,22 @@ func (w *Warehouse) activate(ctx context.Context, m *mart) error {
 		if err != nil {
 			return err
 		}
+		// Every partition any row of silver touches (all of it, for a
+		// full mart).
+		var all []string
 		if m.Grain != gold.Full {
 			for _, t := range m.reads {
-				if err := w.touch(ctx, m, t, "silver."+ident(t)); err != nil {
+				tmp, err := w.touchOnce(ctx, m, t, "silver."+ident(t), answers)
+				if err != nil {
 					return err
 				}
+				all = append(all, tmp)
 			}
 		}
-		return w.refreshMart(ctx, m)
+		if err := w.recompute(ctx, m, all); err != nil {
+			return err
+		}
+		return w.markRefreshed(ctx, []*mart{m})
 	})
 	if err == nil {
 		m.refreshed = time.Now()
@@ -372,24 +383,26 @@ func (w *Warehouse) touch(ctx context.Context, m *mart, t, rel string) error {
 	return nil
 }
 
-// touchOnce is touch over the batch's changed rows of t, with the
-// answers of the same touched by SQL of t kept in answers.
-func (w *Warehouse) touchOnce(ctx context.Context, m *mart, t *table, answers map[string]string) (string, error) {
-	q := t.schema.Name + "\x00" + m.Touched[t.schema.Name]
+// touchOnce answers the mart's touched by SQL of silver table t over the
+// rows of rel (changed rows of t, or all of silver) in a temporary table
+// of the grain values, which it returns; answers keeps the answers to
+// the same question.
+func (w *Warehouse) touchOnce(ctx context.Context, m *mart, t, rel string, answers map[string]string) (string, error) {
+	q := rel + "\x00" + m.Touched[t]
 	if tmp, ok := answers[q]; ok {
 		return tmp, nil
 	}
 	tmp := fmt.Sprintf("lakeflow_touched_%d", len(answers))
-	if err := w.changedView(ctx, changedTable(t.id)); err != nil {
+	if err := w.changedView(ctx, rel); err != nil {
 		return "", err
 	}
 	// Distinct values first, as the SELECT gives them: text for every
 	// row, or a NOT NULL filter DuckDB pushes down (computing an
 	// expression like created_at::DATE twice per row), costs more.
 	_, err := w.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT DISTINCT g FROM (%s) AS touched(g)",
-		tmp, m.Touched[t.schema.Name]))
+		tmp, m.Touched[t]))
 	if err != nil {
-		return "", fmt.Errorf("%s:%d: %w", m.File, m.TouchedLine[t.schema.Name], err)
+		return "", fmt.Errorf("%s:%d: %w", m.File, m.TouchedLine[t], err)
 	}
 	answers[q] = tmp
 	return tmp, nil
@@ -541,7 +554,7 @@ func (w *Warehouse) refreshGold(ctx context.Context, tables []*table, now time.T
 				_, err = w.conn.ExecContext(ctx, "INSERT INTO lakeflow.gold_pending VALUES (?, 'true')", m.Name)
 			default:
 				var tmp string
-				if tmp, err = w.touchOnce(ctx, m, t, answers); err == nil && withBatch {
+				if tmp, err = w.touchOnce(ctx, m, t.schema.Name, changedTable(t.id), answers); err == nil && withBatch {
 					fresh = append(fresh, tmp)
 				} else if err == nil {
 					err = w.pend(ctx, m, tmp)
