@@ -43,7 +43,7 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 			order = append(order, id)
 		}
 		next := carryFills(prev, s.Table)
-		p, err := evolve(prev, next, false)
+		p, err := evolve(prev, next, false, w.keyed())
 		if err != nil {
 			return err
 		}
@@ -51,7 +51,7 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 		stmts = append(stmts, p.ddl...)
 		fills = append(fills, p.dml...)
 		if w.keepsHistory(next) {
-			h, err := evolve(prev, next, true)
+			h, err := evolve(prev, next, true, false)
 			if err != nil {
 				return err
 			}
@@ -223,11 +223,12 @@ func (c check) run(ctx context.Context, w *Warehouse) error {
 // acceptance (next.Accepted) only new columns and widened types evolve.
 // With it, a renamed column is renamed, a dropped one is kept (retired:
 // NULL for changes from then on), and a retyped one converted where every
-// stored value converts. A new key is refused.
-func evolve(prev, next *change.Table, history bool) (plan, error) {
+// stored value converts. A new key is refused. keyed gives a new silver
+// table its primary key.
+func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 	var p plan
 	if prev == nil {
-		p.ddl = []string{createTable(next)}
+		p.ddl = []string{createTable(next, keyed)}
 		if history {
 			p.ddl = []string{createHistory(next)}
 		}
@@ -369,7 +370,7 @@ func (w *Warehouse) exec(ctx context.Context, stmts []string) error {
 	return exec(ctx, w.conn, stmts...)
 }
 
-func createTable(t *change.Table) string {
+func createTable(t *change.Table, keyed bool) string {
 	var cols, keys []string
 	for _, c := range t.Columns {
 		cols = append(cols, ident(c.Name)+" "+duckType(c.Type).duck)
@@ -382,7 +383,7 @@ func createTable(t *change.Table) string {
 		"_commit_ts TIMESTAMPTZ NOT NULL", "_deleted BOOLEAN NOT NULL")
 	// DuckDB cannot index intervals; such keys go without the constraint.
 	pk := ""
-	if !keyHasInterval(t) {
+	if keyed && !keyHasInterval(t) {
 		pk = ", PRIMARY KEY (" + strings.Join(keys, ", ") + ")"
 	}
 	return fmt.Sprintf("CREATE TABLE IF NOT EXISTS silver.%s (%s%s)", ident(t.Name), strings.Join(cols, ", "), pk)
