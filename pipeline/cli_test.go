@@ -107,7 +107,7 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 		t.Fatalf("lakeflow asof --list: %v\n%s", err, out)
 	}
 	name, _, _ := strings.Cut(lines[1], ",")
-	out, err = lakeflowCmd(t, "--config", file, "asof", name, "--table", "orders", "--format", "json", "--limit", "2").Output()
+	out, err = withStderr(lakeflowCmd(t, "--config", file, "asof", name, "--table", "orders", "--format", "json", "--limit", "2").Output())
 	if err != nil || strings.Count(string(out), "\n") != 2 || !strings.HasPrefix(string(out), `{"id":`) {
 		t.Fatalf("lakeflow asof %s --table orders --format json --limit 2: %v\n%s", name, err, out)
 	}
@@ -152,11 +152,11 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 	if entries < 20 {
 		t.Fatalf("--log-format json: %d entries logged\n%s", entries, logs.String())
 	}
-	out, err = lakeflowCmd(t, "--config", file, "catalog", "--format", "csv").Output()
+	out, err = withStderr(lakeflowCmd(t, "--config", file, "catalog", "--format", "csv").Output())
 	if err != nil || !strings.Contains(string(out), "silver.orders,silver,") {
 		t.Fatalf("lakeflow catalog: %v\n%s", err, out)
 	}
-	graph, err := lakeflowCmd(t, "--config", file, "catalog", "--lineage").Output()
+	graph, err := withStderr(lakeflowCmd(t, "--config", file, "catalog", "--lineage").Output())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -56,8 +57,8 @@ func lakeflowBinary(t *testing.T) string {
 }
 
 // lakeflowCmd is the lakeflow command with args, bounded: one still
-// running after runLimit prints its goroutines' stacks into its output
-// (SIGQUIT) and ends.
+// running after runLimit prints its goroutines' stacks to its stderr
+// (SIGQUIT) and ends. (With Output, withStderr puts them in the error.)
 func lakeflowCmd(t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
 	bin := lakeflowBinary(t)
@@ -67,6 +68,16 @@ func lakeflowCmd(t *testing.T, args ...string) *exec.Cmd {
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
 	cmd.WaitDelay = 10 * time.Second
 	return cmd
+}
+
+// withStderr is Output's result, with what the command printed to stderr
+// in the error, if it failed.
+func withStderr(out []byte, err error) ([]byte, error) {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && len(ee.Stderr) > 0 {
+		err = fmt.Errorf("%w\n%s", err, ee.Stderr)
+	}
+	return out, err
 }
 
 func binaryCleanup() {
@@ -183,8 +194,8 @@ func runWatched(t *testing.T, cfg *config.Config, opts Options, log *slog.Logger
 		}
 		select {
 		case <-done:
-		case <-time.After(time.Minute):
-			stuck(t, fmt.Sprintf("lakeflow run neither ended in %v nor stopped a minute after it was cancelled", runLimit))
+		case <-time.After(stopLimit):
+			stuck(t, fmt.Sprintf("lakeflow run neither ended in %v nor stopped %v after it was cancelled", runLimit, stopLimit))
 		}
 	}()
 	err := Run(ctx, cfg, opts, log)
@@ -209,15 +220,19 @@ func waitStopped(t *testing.T, errc <-chan error) error {
 	select {
 	case err := <-errc:
 		return err
-	case <-time.After(time.Minute):
-		stuck(t, "the pipeline did not stop a minute after it was cancelled")
+	case <-time.After(stopLimit):
+		stuck(t, fmt.Sprintf("the pipeline did not stop %v after it was cancelled", stopLimit))
 		return nil
 	}
 }
 
 // runLimit is far beyond any test's run, on the slowest machine: a run
-// still going then is stuck.
-const runLimit = 5 * time.Minute
+// still going then is stuck. stopLimit is as far beyond a stop (which
+// applies what is held, within finishTimeout, and publishes).
+const (
+	runLimit  = 5 * time.Minute
+	stopLimit = 3 * time.Minute
+)
 
 // applySteps runs each step (a list of statements) as one transaction.
 func applySteps(ctx context.Context, dsn string, steps [][]string) error {

@@ -151,7 +151,7 @@ func TestPublishedWarehouseWhileRunning(t *testing.T) {
 // status runs lakeflow status --json.
 func status(t *testing.T, h *harness) StatusReport {
 	t.Helper()
-	out, err := lakeflowCmd(t, "--config", h.file, "status", "--json").Output()
+	out, err := withStderr(lakeflowCmd(t, "--config", h.file, "status", "--json").Output())
 	var st StatusReport
 	if err == nil {
 		err = json.Unmarshal(out, &st)

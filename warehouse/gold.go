@@ -195,13 +195,19 @@ func (m *mart) checkTouched() error {
 // activateMarts sets up the marts whose tables all exist now.
 func (w *Warehouse) activateMarts(ctx context.Context) error {
 	// Marts built now often ask the same of a table (the order day of
-	// every order): each question is answered once.
+	// every order): each question is answered once. The answers, over all
+	// of silver, are dropped once every mart is built.
 	answers := map[string]string{}
 	for _, m := range w.marts {
 		if m.active || slices.ContainsFunc(m.reads, func(t string) bool { return w.silverTable(t) == nil }) {
 			continue
 		}
 		if err := w.activate(ctx, m, answers); err != nil {
+			return err
+		}
+	}
+	for _, tmp := range answers {
+		if _, err := w.conn.ExecContext(ctx, "DROP TABLE IF EXISTS "+tmp); err != nil {
 			return err
 		}
 	}

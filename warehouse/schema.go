@@ -268,7 +268,7 @@ func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 		p.ddl = append(p.ddl, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", silver, col, to))
 	}
 	if rebuild {
-		p.ddl = append(p.ddl, rebuildTable(next, d.Added)...)
+		p.ddl = append(p.ddl, rebuildTable(next, d.Added, keyed)...)
 	}
 	if history {
 		// The history's columns follow silver's; what silver records of
@@ -311,8 +311,8 @@ func retired(t *change.Table, name string) int {
 
 // rebuildTable copies silver into a table with next's types, in the same
 // column order (retired columns included): DuckDB cannot change the type
-// of a key column in place.
-func rebuildTable(next *change.Table, added []change.Column) []string {
+// of a key column in place. keyed gives the copy its primary key.
+func rebuildTable(next *change.Table, added []change.Column, keyed bool) []string {
 	silver := "silver." + ident(next.Name)
 	tmpName := next.Name + "__lakeflow_rebuild"
 	var casts, keys []string
@@ -333,7 +333,7 @@ func rebuildTable(next *change.Table, added []change.Column) []string {
 	for _, m := range change.MetaColumns {
 		stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET NOT NULL", silver, m))
 	}
-	if !keyHasInterval(next) {
+	if keyed && !keyHasInterval(next) {
 		stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s ADD PRIMARY KEY (%s)", silver, strings.Join(keys, ", ")))
 	}
 	return stmts
