@@ -283,8 +283,8 @@ func funcNames(n any, names []string) []string {
 }
 
 // learn classifies the functions named that it does not know yet, in one
-// query (listing every function costs more than all the rest of loading
-// the contracts).
+// query, and only if there are any: listing DuckDB's functions costs
+// about 10 ms, as much as the rest of loading the contracts.
 func (fns functions) learn(db *sql.DB, names []string) error {
 	var ask []string
 	for _, n := range names {

@@ -206,6 +206,11 @@ func (w *Warehouse) activateMarts(ctx context.Context) error {
 			return err
 		}
 	}
+	return w.dropAnswers(ctx, answers)
+}
+
+// dropAnswers drops the temporary tables of touchOnce's answers.
+func (w *Warehouse) dropAnswers(ctx context.Context, answers map[string]string) error {
 	for _, tmp := range answers {
 		if _, err := w.conn.ExecContext(ctx, "DROP TABLE IF EXISTS "+tmp); err != nil {
 			return err
@@ -321,10 +326,7 @@ func (w *Warehouse) activate(ctx context.Context, m *mart, answers map[string]st
 				all = append(all, tmp)
 			}
 		}
-		if err := w.recompute(ctx, m, all); err != nil {
-			return err
-		}
-		return w.markRefreshed(ctx, []*mart{m})
+		return w.refreshMart(ctx, m, all)
 	})
 	if err == nil {
 		m.refreshed = time.Now()
@@ -375,20 +377,6 @@ func (w *Warehouse) refreshTable(ctx context.Context, typ string) error {
 	return err
 }
 
-// touch adds the grain values the rows of rel (changed rows of silver
-// table t) touch to the mart's pending ones.
-func (w *Warehouse) touch(ctx context.Context, m *mart, t, rel string) error {
-	if err := w.changedView(ctx, rel); err != nil {
-		return err
-	}
-	_, err := w.conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO lakeflow.gold_pending
-		SELECT DISTINCT %s, g::VARCHAR FROM (%s) AS touched(g) WHERE g IS NOT NULL`, literal(m.Name), m.Touched[t]))
-	if err != nil {
-		return fmt.Errorf("%s:%d: %w", m.File, m.TouchedLine[t], err)
-	}
-	return nil
-}
-
 // touchOnce answers the mart's touched by SQL of silver table t over the
 // rows of rel (changed rows of t, or all of silver) in a temporary table
 // of the grain values, which it returns; answers keeps the answers to
@@ -421,10 +409,11 @@ func (w *Warehouse) pend(ctx context.Context, m *mart, tmp string) error {
 	return err
 }
 
-// refreshMart recomputes the mart's pending partitions (all of it, for a
-// full mart) from silver and records that it did.
-func (w *Warehouse) refreshMart(ctx context.Context, m *mart) error {
-	if err := w.recompute(ctx, m, nil); err != nil {
+// refreshMart recomputes the mart's pending partitions and those the
+// touched tables (touchOnce answers) hold (all of it, for a full mart)
+// from silver and records that it did.
+func (w *Warehouse) refreshMart(ctx context.Context, m *mart, touched []string) error {
+	if err := w.recompute(ctx, m, touched); err != nil {
 		return err
 	}
 	return w.markRefreshed(ctx, []*mart{m})
@@ -624,7 +613,7 @@ func (w *Warehouse) RefreshDue(ctx context.Context, drained bool) error {
 		if !waiting {
 			continue
 		}
-		if err := w.inTx(ctx, func(ctx context.Context) error { return w.refreshMart(ctx, m) }); err != nil {
+		if err := w.inTx(ctx, func(ctx context.Context) error { return w.refreshMart(ctx, m, nil) }); err != nil {
 			return err
 		}
 		m.refreshed = time.Now()

@@ -99,22 +99,26 @@ func (w *Warehouse) ReplaceSlice(ctx context.Context, shadow string, from, to ti
 				return err
 			}
 		}
+		answers := map[string]string{}
 		for _, m := range w.marts {
 			if !m.active || (only != "" && m.Name != only) {
 				continue
 			}
 			if m.Grain == gold.Full {
-				if err := w.refreshMart(ctx, m); err != nil {
+				if err := w.refreshMart(ctx, m, nil); err != nil {
 					return err
 				}
 				st.Marts++
 				continue
 			}
+			var touched []string
 			for _, t := range tables {
 				if slices.Contains(m.reads, t.schema.Name) {
-					if err := w.touch(ctx, m, t.schema.Name, changedTable(t.id)); err != nil {
+					tmp, err := w.touchOnce(ctx, m, t.schema.Name, changedTable(t.id), answers)
+					if err != nil {
 						return err
 					}
+					touched = append(touched, tmp)
 				}
 			}
 			if m.grainType == "DATE" {
@@ -124,12 +128,12 @@ func (w *Warehouse) ReplaceSlice(ctx context.Context, shadow string, from, to ti
 					return err
 				}
 			}
-			if err := w.refreshMart(ctx, m); err != nil {
+			if err := w.refreshMart(ctx, m, touched); err != nil {
 				return err
 			}
 			st.Marts++
 		}
-		return nil
+		return w.dropAnswers(ctx, answers)
 	})
 	return st, err
 }
