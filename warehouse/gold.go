@@ -484,7 +484,7 @@ func newestKeys(t *table) string {
 func (w *Warehouse) changedBefore(ctx context.Context, tables []*table, rows map[*table]rowsInfo) error {
 	for _, t := range tables {
 		_, err := w.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS %s",
-			newestTable(t.id), latestSQL(t.schema, t.id, rows[t].keyOnly, len(t.rules) > 0)))
+			newestTable(t.id), latestSQL(t.schema, t.id, rows[t], len(t.rules) > 0)))
 		if err != nil {
 			return err
 		}

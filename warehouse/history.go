@@ -75,10 +75,10 @@ func historyColumns(t *change.Table) string {
 	return strings.Join(cols, ", ")
 }
 
-// recordHistory records the batch's changes of t, which truncate it
-// truncates times, in its history.
-func (w *Warehouse) recordHistory(ctx context.Context, t *table, truncates int) error {
-	return w.exec(ctx, historySQL(t.schema, t.id, len(t.rules) > 0, truncates, w.midTransaction))
+// recordHistory records the batch's changes of t, as info describes
+// them, in its history.
+func (w *Warehouse) recordHistory(ctx context.Context, t *table, info rowsInfo) error {
+	return w.exec(ctx, historySQL(t.schema, t.id, len(t.rules) > 0, info, w.midTransaction))
 }
 
 // historySQL records a batch's changes of table id in its history, before
@@ -86,20 +86,21 @@ func (w *Warehouse) recordHistory(ctx context.Context, t *table, truncates int) 
 // which changes the history holds already (a replay adds nothing).
 // Per key, the batch's last change of each transaction closes the
 // version before it, and opens a version unless it is a delete. A
-// truncate (the batch has truncates of them) closes every version open
+// truncate (the batch has info.truncates of them) closes every version open
 // across it. A batch that continues a transaction the batch before split
 // (continues) first takes back the version that transaction's earlier
 // part opened.
-func historySQL(t *change.Table, id int, judged bool, truncates int, continues bool) []string {
+func historySQL(t *change.Table, id int, judged bool, info rowsInfo, continues bool) []string {
 	hist, silver := historyName(t), "silver."+ident(t.Name)
 	from := rowsTable(id) + " r"
 	if judged {
 		from += withoutHeldBack(id, "r")
 	}
-	var keys, onSilver, onHist, values []string
+	var keys, versionKeys, onSilver, onHist, values []string
 	for _, i := range t.KeyColumns() {
 		n := ident(t.Columns[i].Name)
-		keys = append(keys, "COALESCE(after, before)."+n)
+		keys = append(keys, info.image()+"."+n)
+		versionKeys = append(versionKeys, "e.img."+n)
 		onSilver = append(onSilver, "s."+n+" = e.img."+n)
 		onHist = append(onHist, "h."+n+" = s.img."+n)
 	}
@@ -112,13 +113,13 @@ func historySQL(t *change.Table, id int, judged bool, truncates int, continues b
 	stmts := []string{
 		fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE lakeflow_versions AS
 SELECT e.*, row_number() OVER w = 1 AS first, lead(e._cdc_seq) OVER w AS next_seq, lead(e._cdc_ord) OVER w AS next_ord, lead(e._commit_ts) OVER w AS next_ts
-FROM (SELECT COALESCE(after, before) AS img, op, _cdc_seq, _cdc_ord, _commit_ts FROM %s WHERE op <> 't'
+FROM (SELECT %s AS img, op, _cdc_seq, _cdc_ord, _commit_ts FROM %s WHERE op <> 't'
       QUALIFY row_number() OVER (PARTITION BY %s, _cdc_seq ORDER BY _cdc_ord DESC) = 1) e
 LEFT JOIN %s s ON %s
 WHERE s._cdc_seq IS NULL OR %s
 WINDOW w AS (PARTITION BY %s ORDER BY e._cdc_seq, e._cdc_ord)`,
-			from, strings.Join(keys, ", "), silver, strings.Join(onSilver, " AND "), positionLess("s", "e"),
-			strings.ReplaceAll(strings.Join(keys, ", "), "COALESCE(after, before).", "e.img.")),
+			info.image(), from, strings.Join(keys, ", "), silver, strings.Join(onSilver, " AND "), positionLess("s", "e"),
+			strings.Join(versionKeys, ", ")),
 	}
 	on := strings.Join(onHist, " AND ")
 	if continues {
@@ -133,7 +134,7 @@ FROM lakeflow_versions s WHERE s.first AND h.is_current AND %s`, hist, on),
 		fmt.Sprintf(`INSERT INTO %s (%s, %s)
 SELECT %s, s._commit_ts, s.next_ts, s.next_seq IS NULL, s._cdc_seq, s._cdc_ord, s.next_seq, s.next_ord
 FROM lakeflow_versions s WHERE s.op <> 'd'`, hist, historyColumns(t), strings.Join(historyMeta, ", "), strings.Join(values, ", ")))
-	for i := range truncates {
+	for i := range info.truncates {
 		stmts = append(stmts, fmt.Sprintf(`UPDATE %s AS h SET valid_to = s._commit_ts, is_current = false, _closed_seq = s._cdc_seq, _closed_ord = s._cdc_ord
 FROM (SELECT _cdc_seq, _cdc_ord, _commit_ts FROM %s WHERE op = 't' ORDER BY _cdc_seq, _cdc_ord LIMIT 1 OFFSET %d) s
 WHERE %s AND (h.is_current OR s._cdc_seq < h._closed_seq OR (s._cdc_seq = h._closed_seq AND s._cdc_ord < h._closed_ord))`,

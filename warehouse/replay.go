@@ -219,12 +219,12 @@ func (w *Warehouse) renameChains(ctx context.Context) (map[string]map[string][]s
 }
 
 // loadRows fills the rows table of t with its lake events that where
-// (SQL) keeps, in the shape the stream's decode gives (images of the current
-// schema: a column renamed since is read under its old name), and
-// reports how many there are, whether a delete holds only the key (a
-// before image whose other columns are all NULL: the lake keeps no flag,
-// and for a full image the key-only apply gives the same row) and how
-// many truncates.
+// (SQL) keeps, in the shape the stream's decode gives but with one image
+// per change (rowsInfo.oneImage; images of the current schema: a column
+// renamed since is read under its old name), and reports how many there
+// are, whether a delete holds only the key (a before image whose other
+// columns are all NULL: the lake keeps no flag, and for a full image the
+// key-only apply gives the same row) and how many truncates.
 func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, renames map[string][]string, where string) (int, rowsInfo, error) {
 	src := fmt.Sprintf("read_parquet(%s, union_by_name = true)", sqlList(files))
 	fields, err := w.structFields(ctx, src)
@@ -253,14 +253,14 @@ func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, rena
 			}
 			vals[i] = fmt.Sprintf("%s := CAST(%s AS %s)", ident(c.Name), v, lakeType(c.Type))
 		}
-		return fmt.Sprintf("CASE WHEN %s IS NULL THEN NULL ELSE struct_pack(%s) END AS %s", side, strings.Join(vals, ", "), side)
+		return fmt.Sprintf("CASE WHEN %s IS NULL THEN NULL ELSE struct_pack(%s) END", side, strings.Join(vals, ", "))
 	}
 	// (The columns the stream's decode gives for the lake and dead
 	// letters alone, lsn, tx_id and kafka_topic, are left out: a fifth
 	// less to copy.)
 	_, err = w.conn.ExecContext(ctx, fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE %s AS
-SELECT op, %s, %s, _cdc_seq, _cdc_ord, _commit_ts, kafka_partition, row_number() OVER () AS kafka_offset
-FROM %s WHERE %s`, rowsTable(t.id), image("before"), image("after"), src, where))
+SELECT op, coalesce(%s, %s) AS after, _cdc_seq, _cdc_ord, _commit_ts, kafka_partition, row_number() OVER () AS kafka_offset
+FROM %s WHERE %s`, rowsTable(t.id), image("after"), image("before"), src, where))
 	if err != nil {
 		return 0, rowsInfo{}, err
 	}
@@ -270,7 +270,7 @@ FROM %s WHERE %s`, rowsTable(t.id), image("before"), image("after"), src, where)
 	var nonKey []string
 	for _, c := range t.schema.Columns {
 		if !c.Key {
-			nonKey = append(nonKey, "before."+ident(c.Name)+" IS NULL")
+			nonKey = append(nonKey, "after."+ident(c.Name)+" IS NULL")
 		}
 	}
 	keyOnly := "false"
@@ -278,7 +278,7 @@ FROM %s WHERE %s`, rowsTable(t.id), image("before"), image("after"), src, where)
 		keyOnly = "op = 'd' AND " + strings.Join(nonKey, " AND ")
 	}
 	var n, ko int
-	var info rowsInfo
+	info := rowsInfo{oneImage: true}
 	err = w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*), count(*) FILTER (%s), count(*) FILTER (op = 't') FROM %s", keyOnly, rowsTable(t.id))).
 		Scan(&n, &ko, &info.truncates)
 	info.keyOnly = ko > 0

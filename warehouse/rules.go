@@ -170,7 +170,7 @@ func (w *Warehouse) applyRules(ctx context.Context, order []*table, rows map[*ta
 				continue
 			}
 			u := w.tables[r.References.Table.String()]
-			if err := add(referenceSQL(t, u, r.Rule, touched[u], rows[u].truncates > 0)); err != nil {
+			if err := add(referenceSQL(t, u, r.Rule, touched[u], rows[u])); err != nil {
 				return fmt.Errorf("check rule %s: %w", r.Name, err)
 			}
 		}
@@ -330,17 +330,17 @@ FROM (SELECT lakeflow_partition, lakeflow_offset, unnest(list_filter([%s], x -> 
 // referenceSQL adds the failures of the existence rule r of table t: the
 // row of u its columns name exists, not deleted, when the change's
 // transaction commits (as a deferred foreign key is checked) — after this
-// batch's changes of u up to that transaction that were not held back,
-// else in silver as the batch found it. Snapshot rows share one
-// position, so a snapshot row finds the snapshot's rows. A truncate of u
-// (uTruncated: the batch has one) removes every row before it. A change
+// batch's changes of u (uRows describes them) up to that transaction
+// that were not held back, else in silver as the batch found it.
+// Snapshot rows share one position, so a snapshot row finds the
+// snapshot's rows. A truncate of u removes every row before it. A change
 // whose columns are NULL refers to nothing and passes.
-func referenceSQL(t, u *table, r contracts.Rule, uTouched, uTruncated bool) string {
+func referenceSQL(t, u *table, r contracts.Rule, uTouched bool, uRows rowsInfo) string {
 	var evCols, refCols, refKeys, on, silverOn, notNull []string
 	for i, pair := range r.References.Columns {
 		k := fmt.Sprintf("k%d", i)
 		evCols = append(evCols, fmt.Sprintf("after.%s AS %s", ident(pair[0]), k))
-		refCols = append(refCols, fmt.Sprintf("COALESCE(after, before).%s AS %s", ident(pair[1]), k))
+		refCols = append(refCols, fmt.Sprintf("%s.%s AS %s", uRows.image(), ident(pair[1]), k))
 		refKeys = append(refKeys, k)
 		on = append(on, fmt.Sprintf("ref.%s = ev.%s", k, k))
 		silverOn = append(silverOn, fmt.Sprintf("s.%s = ev.%s", ident(pair[1]), k))
@@ -357,7 +357,7 @@ func referenceSQL(t, u *table, r contracts.Rule, uTouched, uTruncated bool) stri
 			ON %s AND ev.seq >= ref.seq`, strings.Join(refCols, ", "), rowsTable(u.id), withoutHeldBack(u.id, "u"),
 			strings.Join(refKeys, ", "), strings.Join(on, " AND "))
 		alive = "coalesce(ref.alive, " + silver + ")"
-		if uTruncated {
+		if uRows.truncates > 0 {
 			// The last truncate of u up to the change's transaction, if
 			// it came after the key's last change.
 			alive = fmt.Sprintf(`CASE WHEN EXISTS (SELECT 1 FROM %s tr WHERE tr.op = 't' AND tr._cdc_seq <= ev.seq

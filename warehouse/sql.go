@@ -184,19 +184,22 @@ WHEN NOT MATCHED THEN INSERT (%s) VALUES (%s)`,
 func newestTable(id int) string { return fmt.Sprintf("lakeflow_newest_%d", id) }
 
 // latestSQL is the newest change of each key in the batch's rows of
-// table id (the changes held back by rules left out, if judged): its image
-// (img), whether it deletes (del) and its position; with keyOnly, also
-// the key's newest after image in the batch (live).
-func latestSQL(t *change.Table, id int, keyOnly, judged bool) string {
+// table id, as info describes them (the changes held back by rules left
+// out, if judged): its image (img), whether it deletes (del) and its
+// position; with info.keyOnly, also the key's newest after image in the
+// batch (live).
+func latestSQL(t *change.Table, id int, info rowsInfo, judged bool) string {
+	img := info.image()
 	var keyExprs []string
 	for _, i := range t.KeyColumns() {
-		keyExprs = append(keyExprs, "COALESCE(after, before)."+ident(t.Columns[i].Name))
+		keyExprs = append(keyExprs, img+"."+ident(t.Columns[i].Name))
 	}
 	keys := strings.Join(keyExprs, ", ")
+	keyOnly := info.keyOnly
 	live := ""
 	if keyOnly {
-		live = fmt.Sprintf(`, last_value(after IGNORE NULLS) OVER (PARTITION BY %s ORDER BY _cdc_seq, _cdc_ord
-			ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS live`, keys)
+		live = fmt.Sprintf(`, last_value(%s IGNORE NULLS) OVER (PARTITION BY %s ORDER BY _cdc_seq, _cdc_ord
+			ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS live`, info.afterImage(), keys)
 	}
 	from := rowsTable(id) + " r"
 	if judged {
@@ -206,12 +209,12 @@ func latestSQL(t *change.Table, id int, keyOnly, judged bool) string {
 		// An aggregate finds the newest change per key for less than a
 		// window; carrying the row ids alone through it, not the
 		// images, costs a third less again.
-		return fmt.Sprintf(`SELECT COALESCE(after, before) AS img, op = 'd' AS del, _cdc_seq, _cdc_ord, _commit_ts FROM %s
-	WHERE rowid IN (SELECT arg_max(r.rowid, _cdc_seq::HUGEINT * 4294967296 + _cdc_ord) FROM %s WHERE op <> 't' GROUP BY %s)`, rowsTable(id), from, keys)
+		return fmt.Sprintf(`SELECT %s AS img, op = 'd' AS del, _cdc_seq, _cdc_ord, _commit_ts FROM %s
+	WHERE rowid IN (SELECT arg_max(r.rowid, _cdc_seq::HUGEINT * 4294967296 + _cdc_ord) FROM %s WHERE op <> 't' GROUP BY %s)`, img, rowsTable(id), from, keys)
 	}
-	return fmt.Sprintf(`SELECT COALESCE(after, before) AS img, op = 'd' AS del, _cdc_seq, _cdc_ord, _commit_ts%s
+	return fmt.Sprintf(`SELECT %s AS img, op = 'd' AS del, _cdc_seq, _cdc_ord, _commit_ts%s
 	FROM %s WHERE op <> 't'
-	QUALIFY row_number() OVER (PARTITION BY %s ORDER BY _cdc_seq DESC, _cdc_ord DESC) = 1`, live, from, keys)
+	QUALIFY row_number() OVER (PARTITION BY %s ORDER BY _cdc_seq DESC, _cdc_ord DESC) = 1`, img, live, from, keys)
 }
 
 // columnValue is the silver value of column c in image img (a lake
