@@ -52,7 +52,11 @@ func writeCSV(ctx context.Context, conn *sql.Conn, q string, out io.Writer) erro
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "result.csv")
-	if _, err := conn.ExecContext(ctx, fmt.Sprintf("COPY (SELECT * FROM (%s\n)) TO %s (FORMAT csv, HEADER)", TrimQuery(q), literal(path))); err != nil {
+	sel, err := utcText(ctx, conn, TrimQuery(q))
+	if err != nil {
+		return err
+	}
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("COPY (%s) TO %s (FORMAT csv, HEADER)", sel, literal(path))); err != nil {
 		return err
 	}
 	f, err := os.Open(path)
@@ -64,6 +68,45 @@ func writeCSV(ctx context.Context, conn *sql.Conn, q string, out io.Writer) erro
 		return fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
 	}
 	return nil
+}
+
+// utcText selects q's columns with each finite TIMESTAMPTZ as the text
+// DuckDB gives it in UTC, the session's zone, made from the TIMESTAMP of
+// the same instant: DuckDB formats a TIMESTAMPTZ through ICU's calendar,
+// which cost two thirds of writing a table with three of them (80,000
+// rows: 111-118 ms, 66-84 ms this way; the text is the same).
+func utcText(ctx context.Context, conn *sql.Conn, q string) (string, error) {
+	rows, err := conn.QueryContext(ctx, fmt.Sprintf("DESCRIBE SELECT * FROM (%s\n)", q))
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return "", err
+	}
+	var texts []string
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		vals[0], vals[1] = new(string), new(string) // column_name, column_type
+		for i := 2; i < len(vals); i++ {
+			vals[i] = new(any)
+		}
+		if err := rows.Scan(vals...); err != nil {
+			return "", err
+		}
+		if name, typ := *vals[0].(*string), *vals[1].(*string); typ == "TIMESTAMP WITH TIME ZONE" {
+			c := ident(name)
+			texts = append(texts, fmt.Sprintf("CASE WHEN isfinite(%[1]s) THEN make_timestamp(epoch_us(%[1]s))::VARCHAR || '+00' ELSE %[1]s::VARCHAR END AS %[1]s", c))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return "", err
+	}
+	if len(texts) == 0 {
+		return fmt.Sprintf("SELECT * FROM (%s\n)", q), nil
+	}
+	return fmt.Sprintf("SELECT * REPLACE (%s) FROM (%s\n)", strings.Join(texts, ", "), q), nil
 }
 
 // TrimQuery is a user's query without the blanks and semicolons around
