@@ -86,7 +86,7 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 			}
 		}
 	}
-	wh, set, err := lakeView(ctx, cfg, path, warehouse.View{History: true}, log)
+	wh, loaded, err := lakeView(ctx, cfg, path, warehouse.View{History: true}, log)
 	if err != nil {
 		return nil, err
 	}
@@ -135,6 +135,10 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 	}
 	if a.Bound.Seq > complete {
 		a.Bound.Seq, a.Held = complete, true
+	}
+	set, err := loaded()
+	if err != nil {
+		return fail(err)
 	}
 	schemas := ls.Schemas
 	var tables map[string]bool
@@ -368,18 +372,30 @@ func (a *AsOf) resolve(ctx context.Context, p position, ls warehouse.LakeState) 
 }
 
 // lakeView opens a warehouse that reads the lake (in memory, or at
-// path) and never writes it, with the contracts.
-func lakeView(ctx context.Context, cfg *config.Config, path string, v warehouse.View, log *slog.Logger) (*warehouse.Warehouse, contracts.Set, error) {
+// path) and never writes it, and loads the contracts meanwhile: loaded
+// waits for them. (Loading them costs about 30 ms, as much as opening
+// the warehouse and reading the lake's state, which need not wait.)
+func lakeView(ctx context.Context, cfg *config.Config, path string, v warehouse.View, log *slog.Logger) (wh *warehouse.Warehouse, loaded func() (contracts.Set, error), err error) {
 	lk, err := lake.OpenExisting(cfg.Lake.Dir)
 	if err != nil {
 		return nil, nil, err
 	}
-	set, err := loadContracts(cfg, log)
-	if err != nil {
+	done := make(chan struct{})
+	var set contracts.Set
+	var setErr error
+	go func() {
+		defer close(done)
+		set, setErr = loadContracts(cfg, log)
+	}()
+	loaded = func() (contracts.Set, error) {
+		<-done
+		return set, setErr
+	}
+	if wh, err = warehouse.OpenView(ctx, path, cfg.Warehouse.MemoryLimit, lk, log, v); err != nil {
+		<-done
 		return nil, nil, err
 	}
-	wh, err := warehouse.OpenView(ctx, path, cfg.Warehouse.MemoryLimit, lk, log, v)
-	return wh, set, err
+	return wh, loaded, nil
 }
 
 // quoteIdent quotes a SQL identifier (DuckDB and PostgreSQL alike).
@@ -388,7 +404,11 @@ func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`)
 // AsOfBatches lists the last n positions the pipeline recorded (its
 // consistent batches), newest first, from the lake's files.
 func AsOfBatches(ctx context.Context, cfg *config.Config, n int, log *slog.Logger) ([]warehouse.BatchPosition, error) {
-	wh, _, err := lakeView(ctx, cfg, "", warehouse.View{}, log)
+	lk, err := lake.OpenExisting(cfg.Lake.Dir)
+	if err != nil {
+		return nil, err
+	}
+	wh, err := warehouse.OpenView(ctx, "", cfg.Warehouse.MemoryLimit, lk, log, warehouse.View{})
 	if err != nil {
 		return nil, err
 	}

@@ -40,12 +40,16 @@ var operations = map[string][2]string{
 // creates them. It reads the lake only (its newest files) and runs beside
 // lakeflow run.
 func DeriveCatalog(ctx context.Context, cfg *config.Config, log *slog.Logger) (catalog.Catalog, error) {
-	wh, set, err := lakeView(ctx, cfg, "", warehouse.View{History: true}, log)
+	wh, loaded, err := lakeView(ctx, cfg, "", warehouse.View{History: true}, log)
 	if err != nil {
 		return nil, err
 	}
 	defer wh.Close()
 	ls, err := wh.ReadLakeState(ctx)
+	if err != nil {
+		return nil, err
+	}
+	set, err := loaded()
 	if err != nil {
 		return nil, err
 	}
