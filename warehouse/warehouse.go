@@ -264,6 +264,7 @@ func (w *Warehouse) init(ctx context.Context, memoryLimit int64) error {
 		fmt.Sprintf("SET memory_limit = '%dMB'", max(memoryLimit>>20, 64)),
 		bootstrap,
 		intervalMacro,
+		utcDateMacro,
 		deadLetterTables,
 		quarantineTable,
 		goldTables,

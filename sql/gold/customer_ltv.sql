@@ -9,8 +9,8 @@
 -- touched by silver.customers: id
 SELECT
     c.id AS customer_id,
-    min(o.created_at)::DATE AS first_order_date,
-    max(o.created_at)::DATE AS last_order_date,
+    lakeflow_utc_date(min(o.created_at)) AS first_order_date,
+    lakeflow_utc_date(max(o.created_at)) AS last_order_date,
     count(*) AS orders,
     sum(o.total_cents)::BIGINT AS lifetime_revenue_cents,
     round(avg(o.total_cents))::BIGINT AS avg_order_cents

@@ -8,9 +8,9 @@
 --   p99_order_cents   their 99th percentile (interpolated)
 -- Deleted rows never count; quarantined changes never reach silver.
 -- grain: order_date
--- touched by silver.orders: created_at::DATE
--- The day is computed once per order, in the subquery: a TIMESTAMPTZ to
--- DATE cast is the costly part of a refresh.
+-- touched by silver.orders: lakeflow_utc_date(created_at)
+-- The day is computed once per order, in the subquery, by
+-- lakeflow_utc_date: created_at::DATE, without the cost of ICU's calendar.
 SELECT
     o.order_date,
     count(*) AS orders,
@@ -20,6 +20,6 @@ SELECT
     coalesce(sum(o.total_cents) FILTER (o.status IN ('paid', 'shipped', 'delivered')), 0)::BIGINT AS revenue_cents,
     round(avg(o.total_cents) FILTER (o.status IN ('paid', 'shipped', 'delivered')))::BIGINT AS avg_order_cents,
     quantile_cont(o.total_cents, 0.99) FILTER (o.status IN ('paid', 'shipped', 'delivered')) AS p99_order_cents
-FROM (SELECT created_at::DATE AS order_date, status, customer_id, total_cents FROM silver.orders WHERE NOT _deleted) o
+FROM (SELECT lakeflow_utc_date(created_at) AS order_date, status, customer_id, total_cents FROM silver.orders WHERE NOT _deleted) o
 WHERE o.order_date IN (SELECT grain FROM lakeflow_refresh)
 GROUP BY o.order_date

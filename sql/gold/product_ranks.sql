@@ -4,13 +4,13 @@
 -- category by revenue (1 = most; equal revenue, equal rank).
 -- Deleted rows never count; quarantined changes never reach silver.
 -- grain: order_date
--- touched by silver.orders: created_at::DATE
--- touched by silver.order_items: SELECT o.created_at::DATE FROM changed c JOIN silver.orders o ON o.id = c.order_id
+-- touched by silver.orders: lakeflow_utc_date(created_at)
+-- touched by silver.order_items: SELECT lakeflow_utc_date(o.created_at) FROM changed c JOIN silver.orders o ON o.id = c.order_id
 -- A product's price does not count here (lines carry their own), so only a
 -- product whose category, or existence, changed touches the days it sold:
--- touched by silver.products: SELECT o.created_at::DATE FROM (SELECT id FROM changed GROUP BY id HAVING count(DISTINCT (category, _deleted)) > 1) c JOIN silver.order_items i ON i.product_id = c.id JOIN silver.orders o ON o.id = i.order_id
--- The day is computed once per order, in the subquery: a TIMESTAMPTZ to
--- DATE cast is the costly part of a refresh.
+-- touched by silver.products: SELECT lakeflow_utc_date(o.created_at) FROM (SELECT id FROM changed GROUP BY id HAVING count(DISTINCT (category, _deleted)) > 1) c JOIN silver.order_items i ON i.product_id = c.id JOIN silver.orders o ON o.id = i.order_id
+-- The day is computed once per order, in the subquery, by
+-- lakeflow_utc_date: created_at::DATE, without the cost of ICU's calendar.
 SELECT
     order_date, category, product_id, units, revenue_cents,
     rank() OVER (PARTITION BY order_date, category ORDER BY revenue_cents DESC) AS rank
@@ -21,7 +21,7 @@ FROM (
         p.id AS product_id,
         sum(i.quantity)::BIGINT AS units,
         sum(i.quantity * i.unit_price_cents)::BIGINT AS revenue_cents
-    FROM (SELECT id, created_at::DATE AS order_date FROM silver.orders
+    FROM (SELECT id, lakeflow_utc_date(created_at) AS order_date FROM silver.orders
           WHERE NOT _deleted AND status IN ('paid', 'shipped', 'delivered')) o
     JOIN silver.order_items i ON i.order_id = o.id AND NOT i._deleted
     JOIN silver.products p ON p.id = i.product_id AND NOT p._deleted
