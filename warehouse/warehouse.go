@@ -261,6 +261,13 @@ func (w *Warehouse) init(ctx context.Context, memoryLimit int64) error {
 		// Lake files never change once written: a replay reads each one's
 		// footer once.
 		"SET parquet_metadata_cache = true",
+		// DuckDB checkpoints (writes the row groups batches changed into
+		// the file) once its log passes this size: at the default, 16 MiB,
+		// every second or third backlog batch, rewriting a row group as
+		// often as batches change it. At 64 MiB commits cost half as much
+		// (backlog run: 0.86-0.94 s -> 0.45 s, 51-52K -> 56-59K events/s);
+		// opening after a crash replays at most that much log.
+		"SET checkpoint_threshold = '64MiB'",
 		fmt.Sprintf("SET memory_limit = '%dMB'", max(memoryLimit>>20, 64)),
 		bootstrap,
 		intervalMacro,
