@@ -47,3 +47,23 @@ func TestCSVWritesTimestampsAsDuckDBDoes(t *testing.T) {
 		}
 	}
 }
+
+// TestReaderRunsMartSQL: the published warehouse's reader (lakeflow sql)
+// knows lakeflow_utc_date, as the pipeline that runs the marts does.
+func TestReaderRunsMartSQL(t *testing.T) {
+	f := newFixture(t)
+	path := f.wh.path
+	f.close()
+	r, err := OpenReader(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var day string
+	if err := r.QueryRow(context.Background(), "SELECT lakeflow_utc_date(TIMESTAMPTZ '2024-07-01 01:00:00+02')::VARCHAR", &day); err != nil {
+		t.Fatal(err)
+	}
+	if day != "2024-06-30" {
+		t.Fatalf("lakeflow_utc_date gave %s, want 2024-06-30", day)
+	}
+}

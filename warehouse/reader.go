@@ -29,7 +29,9 @@ func OpenReader(ctx context.Context, path string) (*Reader, error) {
 		return nil, err
 	}
 	r := &Reader{db: db, conn: conn}
-	for _, stmt := range []string{"SET TimeZone = 'UTC'", "SET search_path = 'silver,gold,lakeflow,main'"} {
+	// (lakeflow_utc_date too, so a mart's SQL runs here as it does in
+	// the pipeline.)
+	for _, stmt := range []string{"SET TimeZone = 'UTC'", "SET search_path = 'silver,gold,lakeflow,main'", utcDateMacro} {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
 			r.Close()
 			return nil, err
