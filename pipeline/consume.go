@@ -125,7 +125,7 @@ func (c *consumer) run(ctx context.Context) error {
 		// and the published copy when it is due.
 		err := c.recordChecks(ctx)
 		if err == nil {
-			err = c.pub.due(ctx)
+			err = c.pub.due(ctx, c.kafka.Behind())
 		}
 		if err != nil {
 			if ctx.Err() != nil {

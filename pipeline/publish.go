@@ -86,24 +86,35 @@ func copyFile(src, dst string) error {
 // publish_interval, or four times as long as publishing took (so it never
 // takes more than a fifth of the machine's time), beside the stream: a
 // copy runs in a goroutine of its own (warehouse.Publish), and batches
-// go on being applied meanwhile.
+// go on being applied meanwhile. While the consumer is behind (a
+// backlog), copies are backlogCopies times rarer: a copy of a large
+// warehouse shares the two cores with the catch-up (copies every 5 s cost
+// the bench's backlog run with history and gold a tenth of its pace), and
+// one made mid-backlog is stale within seconds.
 type publisher struct {
 	wh       *warehouse.Warehouse
 	path     string
 	interval time.Duration
-	next     time.Time
-	log      *slog.Logger
-	metrics  *metrics
+	// next is when a copy is due; nextBehind, while the consumer is
+	// behind.
+	next, nextBehind time.Time
+	log              *slog.Logger
+	metrics          *metrics
 	// running gets the outcome of the copy in flight (nil: none).
 	running chan error
 }
 
-// due starts a copy if none runs, the interval has passed and batches
-// were committed since the last copy began, the last of them consistent
-// (a copy holds no transaction in part); and takes in the outcome of the
-// one that ran. A copy that fails is retried after an interval: the
-// pipeline goes on (readers keep the last copy).
-func (p *publisher) due(ctx context.Context) error {
+// backlogCopies is how many times rarer copies are while the consumer is
+// behind.
+const backlogCopies = 6
+
+// due starts a copy if none runs, the interval has passed (a longer one
+// if the consumer is behind) and batches were committed since the last
+// copy began, the last of them consistent (a copy holds no transaction in
+// part); and takes in the outcome of the one that ran. A copy that fails
+// is retried after an interval: the pipeline goes on (readers keep the
+// last copy).
+func (p *publisher) due(ctx context.Context, behind bool) error {
 	if p == nil {
 		return nil
 	}
@@ -120,12 +131,17 @@ func (p *publisher) due(ctx context.Context) error {
 			case err != nil:
 				p.log.Warn("warehouse.path not published; retrying later", "err", err)
 				p.next = time.Now().Add(p.interval)
+				p.nextBehind = p.next
 			}
 		default:
 			return nil
 		}
 	}
-	if time.Now().Before(p.next) || !p.wh.Unpublished() || !p.wh.Consistent() {
+	next := p.next
+	if behind {
+		next = p.nextBehind
+	}
+	if time.Now().Before(next) || !p.wh.Unpublished() || !p.wh.Consistent() {
 		return nil
 	}
 	done := make(chan error, 1)
@@ -145,6 +161,7 @@ func (p *publisher) publish(ctx context.Context, copyTo func(context.Context, st
 		return err
 	}
 	p.next = time.Now().Add(max(p.interval, 4*took))
+	p.nextBehind = time.Now().Add(max(backlogCopies*p.interval, 4*took))
 	if p.metrics != nil {
 		p.metrics.publish.SetToCurrentTime()
 	}
