@@ -77,29 +77,21 @@ func writeCSV(ctx context.Context, conn *sql.Conn, q string, out io.Writer) erro
 // rows: 111-118 ms, 66-84 ms this way; the text is the same, but past
 // the year 287,396, where DuckDB's own is a millisecond off).
 func utcText(ctx context.Context, conn *sql.Conn, q string) (string, error) {
-	rows, err := conn.QueryContext(ctx, fmt.Sprintf("DESCRIBE SELECT * FROM (%s\n)", q))
+	rows, err := conn.QueryContext(ctx, fmt.Sprintf(`SELECT column_name FROM (DESCRIBE SELECT * FROM (%s
+))
+		WHERE column_type = 'TIMESTAMP WITH TIME ZONE'`, q))
 	if err != nil {
 		return "", err
 	}
 	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		return "", err
-	}
 	var texts []string
 	for rows.Next() {
-		vals := make([]any, len(cols))
-		vals[0], vals[1] = new(string), new(string) // column_name, column_type
-		for i := 2; i < len(vals); i++ {
-			vals[i] = new(any)
-		}
-		if err := rows.Scan(vals...); err != nil {
+		var name string
+		if err := rows.Scan(&name); err != nil {
 			return "", err
 		}
-		if name, typ := *vals[0].(*string), *vals[1].(*string); typ == "TIMESTAMP WITH TIME ZONE" {
-			c := ident(name)
-			texts = append(texts, fmt.Sprintf("CASE WHEN isfinite(%[1]s) THEN make_timestamp(epoch_us(%[1]s))::VARCHAR || '+00' ELSE %[1]s::VARCHAR END AS %[1]s", c))
-		}
+		c := ident(name)
+		texts = append(texts, fmt.Sprintf("CASE WHEN isfinite(%[1]s) THEN make_timestamp(epoch_us(%[1]s))::VARCHAR || '+00' ELSE %[1]s::VARCHAR END AS %[1]s", c))
 	}
 	if err := rows.Err(); err != nil {
 		return "", err

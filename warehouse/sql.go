@@ -195,9 +195,8 @@ func latestSQL(t *change.Table, id int, info rowsInfo, judged bool) string {
 		keyExprs = append(keyExprs, img+"."+ident(t.Columns[i].Name))
 	}
 	keys := strings.Join(keyExprs, ", ")
-	keyOnly := info.keyOnly
 	live := ""
-	if keyOnly {
+	if info.keyOnly {
 		live = fmt.Sprintf(`, last_value(%s IGNORE NULLS) OVER (PARTITION BY %s ORDER BY _cdc_seq, _cdc_ord
 			ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS live`, info.afterImage(), keys)
 	}
@@ -205,7 +204,7 @@ func latestSQL(t *change.Table, id int, info rowsInfo, judged bool) string {
 	if judged {
 		from += withoutHeldBack(id, "r")
 	}
-	if !keyOnly {
+	if !info.keyOnly {
 		// An aggregate finds the newest change per key for less than a
 		// window; carrying the row ids alone through it, not the
 		// images, costs a third less again.
