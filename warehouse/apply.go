@@ -116,6 +116,9 @@ func (w *Warehouse) Apply(ctx context.Context, b Batch) (BatchStats, error) {
 	if err := w.lake.Publish(files); err != nil {
 		return st, err
 	}
+	if err := w.releaseScratch(ctx); err != nil {
+		return st, fmt.Errorf("after batch: %w", err)
+	}
 	st.Commit = time.Since(t0)
 	for _, r := range b.Records {
 		w.raiseLakeHigh(r.Topic, r.Partition, r.Offset)

@@ -135,6 +135,9 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 			bs.Decode = since()
 			return w.applyRows(ctx, touched, rows, &bs, since)
 		})
+		if err == nil {
+			err = w.releaseScratch(ctx)
+		}
 		if err != nil {
 			return st, err
 		}

@@ -467,6 +467,37 @@ var scratch = map[string]string{
 	"lakeflow_failures": "tbl INTEGER, kafka_partition INTEGER, kafka_offset BIGINT, rule VARCHAR, action VARCHAR",
 }
 
+// releaseScratch frees the TEMP tables a committed batch leaves behind:
+// the staged envelopes, the decoded rows and the merge's intermediates
+// take as much memory as the batch itself, and kept until the next batch
+// replaces them they would double DuckDB's peak (lakeflow_known is the
+// session's, not the batch's). It runs after a commit, so a cancel (Ctrl-C)
+// does not stop it: the batch is done either way.
+func (w *Warehouse) releaseScratch(ctx context.Context) error {
+	ctx = context.WithoutCancel(ctx)
+	rows, err := w.conn.QueryContext(ctx, "SELECT table_name FROM duckdb_tables() WHERE temporary AND table_name <> 'lakeflow_known'")
+	if err != nil {
+		return err
+	}
+	var stmts []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return err
+		}
+		if cols, ok := scratch[name]; ok {
+			stmts = append(stmts, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s (%s)", name, cols))
+		} else {
+			stmts = append(stmts, "DROP TABLE temp.main."+ident(name))
+		}
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return err
+	}
+	return w.exec(ctx, stmts)
+}
+
 // resetScratch empties scratch tables by creating them again: DuckDB
 // keeps the storage of rows deleted from a TEMP table, so DELETE would
 // grow the process by every batch it ever staged.
