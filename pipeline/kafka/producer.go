@@ -25,6 +25,10 @@ const deliveryTimeout = 2 * time.Minute
 // more transactions became durable.
 const watermarkInterval = 50 * time.Millisecond
 
+// ProducerBufferBytes bounds the records the producer holds until Kafka
+// acknowledges them.
+const ProducerBufferBytes = 64 << 20
+
 // Producer writes the source's events to one topic per table, publishes
 // watermarks (the transaction boundaries Kafka has acknowledged, with the
 // end offset of every partition written) and keeps the source's state in
@@ -130,7 +134,7 @@ func NewProducer(cfg Config, log *slog.Logger) (*Producer, error) {
 			kgo.ProducerBatchCompression(kgo.Lz4Compression()),
 			kgo.ProducerBatchMaxBytes(MaxMessageBytes),
 			kgo.MaxBufferedRecords(20000),
-			kgo.MaxBufferedBytes(64<<20),
+			kgo.MaxBufferedBytes(ProducerBufferBytes),
 			kgo.RecordDeliveryTimeout(deliveryTimeout),
 			kgo.ProducerLinger(5*time.Millisecond),
 		)

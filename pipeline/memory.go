@@ -1,0 +1,26 @@
+package pipeline
+
+import (
+	"log/slog"
+	"os"
+	"runtime/debug"
+
+	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/kafka"
+)
+
+// limitGoHeap gives the Go heap of a run a soft limit, unless GOMEMLIMIT
+// sets one: the records a batch may hold (batch_bytes), what the producer
+// may buffer, and 64 MiB for the rest. Left to GOGC alone the heap grows
+// to twice what is live between collections, and a backlog's live heap
+// (fetched records, the batch) made that ~100 MiB of RSS held for nothing.
+// A soft limit only makes collections more frequent near it; a heap that
+// has to outgrow it (a huge transaction) still can.
+func limitGoHeap(cfg *config.Config, log *slog.Logger) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	limit := cfg.Pipeline.BatchBytes + kafka.ProducerBufferBytes + 64<<20
+	debug.SetMemoryLimit(limit)
+	log.Debug("go heap soft limit", "bytes", limit)
+}
