@@ -92,17 +92,16 @@ func (st *BatchStats) Add(b BatchStats) {
 // holds.
 func (w *Warehouse) Apply(ctx context.Context, b Batch) (BatchStats, error) {
 	var st BatchStats
-	touched := map[*table]bool{}
-	for _, r := range b.Records {
-		if t := w.byTopic[r.Topic]; t != nil {
-			touched[t] = true
-		}
+	since := laps()
+	order, rows, err := w.decodeBatch(ctx, b.Records, &st, since)
+	if err != nil {
+		return st, fmt.Errorf("batch: %w", err)
 	}
 	var files []lake.File
 	var t0 time.Time
-	err := w.inTx(ctx, func(ctx context.Context) error {
+	err = w.inTx(ctx, func(ctx context.Context) error {
 		var err error
-		files, err = w.applyInTx(ctx, b, touched, &st)
+		files, err = w.applyInTx(ctx, b, order, rows, &st, since)
 		t0 = time.Now()
 		return err
 	})
@@ -131,18 +130,28 @@ func (w *Warehouse) Apply(ctx context.Context, b Batch) (BatchStats, error) {
 	if b.Watermark != nil {
 		w.floor = max(w.floor, b.Watermark.Seq)
 	}
-	st.Events, st.LakeFiles, st.Tables = len(b.Records), len(files), len(touched)
+	st.Events, st.LakeFiles, st.Tables = len(b.Records), len(files), len(order)
 	return st, nil
 }
 
-func (w *Warehouse) applyInTx(ctx context.Context, b Batch, touched map[*table]bool, st *BatchStats) ([]lake.File, error) {
-	since := laps()
+// decodeBatch stages the records and decodes each table's into its rows
+// table, with the dead letters set aside, and returns the tables in order.
+// It fills scratch tables alone, so it runs before the batch's
+// transaction: the staged envelopes, as large as the batch, are freed once
+// decoded instead of at the commit.
+func (w *Warehouse) decodeBatch(ctx context.Context, recs []Record, st *BatchStats, since func() time.Duration) ([]*table, map[*table]rowsInfo, error) {
 	stage.Enter(stage.Staging)
-	if err := w.stage(ctx, b.Records); err != nil {
-		return nil, err
+	if err := w.stage(ctx, recs); err != nil {
+		return nil, nil, err
 	}
 	st.Stage = since()
 	stage.Enter(stage.Parse)
+	touched := map[*table]bool{}
+	for _, r := range recs {
+		if t := w.byTopic[r.Topic]; t != nil {
+			touched[t] = true
+		}
+	}
 	order := make([]*table, 0, len(touched))
 	for t := range touched {
 		order = append(order, t)
@@ -152,16 +161,26 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, touched map[*table]b
 	for _, t := range order {
 		info, err := w.decode(ctx, t)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		rows[t] = info
 	}
+	if err := w.schemaless(ctx); err != nil {
+		return nil, nil, err
+	}
+	if err := w.resetScratch(ctx, "lakeflow_stage"); err != nil {
+		return nil, nil, err
+	}
+	st.Decode = since()
+	return order, rows, nil
+}
+
+func (w *Warehouse) applyInTx(ctx context.Context, b Batch, order []*table, rows map[*table]rowsInfo, st *BatchStats, since func() time.Duration) ([]lake.File, error) {
 	dead, err := w.deadLetters(ctx, b.Positions)
 	if err != nil {
 		return nil, err
 	}
 	st.Dead = dead
-	st.Decode = since()
 	stage.Enter(stage.Lake)
 	floor := w.floor
 	if b.Watermark != nil {

@@ -45,16 +45,18 @@ CREATE TABLE IF NOT EXISTS lakeflow.dlq (
 	PRIMARY KEY (topic, topic_id, "partition", "offset")
 );`
 
-// deadLetters adds the records of topics without a schema to the batch's
-// dead letters, records them all in lakeflow.dlq (a replayed batch adds
-// nothing twice) and returns them.
-func (w *Warehouse) deadLetters(ctx context.Context, positions map[string]TopicPosition) ([]DeadLetter, error) {
+// schemaless adds the staged records of topics without a schema to the
+// batch's dead letters.
+func (w *Warehouse) schemaless(ctx context.Context) error {
 	_, err := w.conn.ExecContext(ctx, `INSERT INTO lakeflow_dead
 		SELECT topic, kafka_partition, kafka_offset, NULL, 'schema', 'no table schema for this topic in the schema topic', coalesce(raw, encode(v)), NULL, NULL
 		FROM lakeflow_stage WHERE tbl = -1`)
-	if err != nil {
-		return nil, err
-	}
+	return err
+}
+
+// deadLetters records the batch's dead letters in lakeflow.dlq (a replayed
+// batch adds nothing twice) and returns them.
+func (w *Warehouse) deadLetters(ctx context.Context, positions map[string]TopicPosition) ([]DeadLetter, error) {
 	rows, err := w.conn.QueryContext(ctx, `SELECT topic, "partition", "offset", coalesce(source_table, ''), failure_stage, failure_reason, payload FROM lakeflow_dead ORDER BY ALL`)
 	if err != nil {
 		return nil, err

@@ -26,10 +26,14 @@ func TestDeadLetterFilesSurviveACrashAfterCommit(t *testing.T) {
 	ctx := context.Background()
 	b := batch(f.rec(change.OpCreate, 100, 1, "1", "a", ""), Record{Topic: topic, Partition: 0, Offset: f.offset, Value: []byte("not json")})
 	f.offset++
-	touched := map[*table]bool{f.wh.byTopic[topic]: true}
 	var st BatchStats
+	since := laps()
+	order, rows, err := f.wh.decodeBatch(ctx, b.Records, &st, since)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := f.wh.inTx(ctx, func(ctx context.Context) error {
-		_, err := f.wh.applyInTx(ctx, b, touched, &st)
+		_, err := f.wh.applyInTx(ctx, b, order, rows, &st, since)
 		return err
 	}); err != nil {
 		t.Fatal(err)
