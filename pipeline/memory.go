@@ -15,12 +15,14 @@ import (
 // to twice what is live between collections, and a backlog's live heap
 // (fetched records, the batch) made that ~100 MiB of RSS held for nothing.
 // A soft limit only makes collections more frequent near it; a heap that
-// has to outgrow it (a huge transaction) still can.
-func limitGoHeap(cfg *config.Config, log *slog.Logger) {
+// has to outgrow it (a huge transaction) still can. It returns what
+// restores the limit before (tests run pipelines in one process).
+func limitGoHeap(cfg *config.Config, log *slog.Logger) (restore func()) {
 	if os.Getenv("GOMEMLIMIT") != "" {
-		return
+		return func() {}
 	}
 	limit := cfg.Pipeline.BatchBytes + kafka.ProducerBufferBytes + 64<<20
-	debug.SetMemoryLimit(limit)
+	prev := debug.SetMemoryLimit(limit)
 	log.Debug("go heap soft limit", "bytes", limit)
+	return func() { debug.SetMemoryLimit(prev) }
 }

@@ -53,7 +53,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		return err
 	}
 	defer unlock()
-	limitGoHeap(cfg, log)
+	defer limitGoHeap(cfg, log)()
 
 	env, err := startEnvironment(ctx, cfg, true, log)
 	defer env.stop(log)

@@ -49,13 +49,13 @@ type BatchStats struct {
 	// applied with a rule's warning.
 	Quarantined, Warned int
 	Stage               time.Duration // appending the envelopes
-	Decode              time.Duration // JSON to typed rows, dead letters
+	Decode              time.Duration // JSON to typed rows, dead letters set aside
 	Lake                time.Duration // writing and syncing lake files
 	Rules               time.Duration // contract rules and quarantine
 	History             time.Duration // SCD2 history
 	Gold                time.Duration // gold marts: touched partitions, refreshes
 	Merge               time.Duration // silver
-	Commit              time.Duration // commit and publish
+	Commit              time.Duration // commit, lake file renames, scratch freed
 }
 
 // laps returns a stopwatch: each call gives the time since the one
@@ -82,8 +82,10 @@ func (st *BatchStats) Add(b BatchStats) {
 	st.Commit += b.Commit
 }
 
-// Apply applies a batch in one DuckDB transaction: it stages the records,
-// sets aside those that cannot be applied (dead letters), writes each
+// Apply applies a batch in one DuckDB transaction. Before it, the records
+// are staged and decoded into scratch tables, and those that cannot be
+// applied set aside (dead letters); in it, Apply records the dead letters,
+// writes each
 // table's new events to lake files, holds back the changes that break a
 // contract rule (quarantine), merges the rest into silver and records the
 // lake files, the positions and the batch. The lake files reach their
@@ -115,10 +117,6 @@ func (w *Warehouse) Apply(ctx context.Context, b Batch) (BatchStats, error) {
 	if err := w.lake.Publish(files); err != nil {
 		return st, err
 	}
-	if err := w.releaseScratch(ctx); err != nil {
-		return st, fmt.Errorf("after batch: %w", err)
-	}
-	st.Commit = time.Since(t0)
 	for _, r := range b.Records {
 		w.raiseLakeHigh(r.Topic, r.Partition, r.Offset)
 	}
@@ -130,6 +128,12 @@ func (w *Warehouse) Apply(ctx context.Context, b Batch) (BatchStats, error) {
 	if b.Watermark != nil {
 		w.floor = max(w.floor, b.Watermark.Seq)
 	}
+	// The batch is done: scratch tables that could not be freed only
+	// hold memory until the next batch replaces them.
+	if err := w.releaseScratch(ctx); err != nil {
+		w.log.Warn("free the batch's scratch tables", "err", err)
+	}
+	st.Commit = time.Since(t0)
 	st.Events, st.LakeFiles, st.Tables = len(b.Records), len(files), len(order)
 	return st, nil
 }

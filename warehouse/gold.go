@@ -432,6 +432,9 @@ func (w *Warehouse) recompute(ctx context.Context, m *mart, touched []string) er
 	var stmts []string
 	if m.Grain == gold.Full {
 		stmts = []string{
+			// Empty, for a full mart's SQL that names it: a batch's
+			// scratch tables go at its commit.
+			fmt.Sprintf("CREATE OR REPLACE TEMP TABLE lakeflow_refresh (grain %s)", m.grainType),
 			"DELETE FROM " + m.table(),
 			fmt.Sprintf("INSERT INTO %s SELECT * FROM (%s)", m.table(), m.SQL),
 		}

@@ -1,6 +1,7 @@
 // Package warehouse is the DuckDB side: silver tables created from source
-// schemas, the per-batch apply (stage, lake files, guarded MERGE, soft
-// deletes, offsets) in one transaction, and the operations tables.
+// schemas, the per-batch apply (staged and decoded first, then lake
+// files, guarded MERGE, soft deletes, offsets in one transaction), and the
+// operations tables.
 package warehouse
 
 import (
@@ -460,7 +461,7 @@ func (w *Warehouse) saveOffsets(ctx context.Context, positions map[string]TopicP
 	return err
 }
 
-// scratch are the TEMP tables a batch fills and the next one empties.
+// scratch are the TEMP tables every batch fills, emptied at its commit.
 var scratch = map[string]string{
 	"lakeflow_stage":    "tbl INTEGER, topic VARCHAR, kafka_partition INTEGER, kafka_offset BIGINT, v VARCHAR, raw BLOB",
 	"lakeflow_dead":     `topic VARCHAR, "partition" INTEGER, "offset" BIGINT, source_table VARCHAR, failure_stage VARCHAR, failure_reason VARCHAR, payload BLOB, _cdc_seq UBIGINT, _cdc_ord UINTEGER`,

@@ -591,6 +591,28 @@ action = "warn"
 	}
 }
 
+// TestStagedEnvelopesGoBeforeTheMerge: the batch's JSON envelopes are
+// decoded and freed before its transaction, not held to its commit.
+func TestStagedEnvelopesGoBeforeTheMerge(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	stored := int64(-1)
+	f.wh.beforeCommit = func() {
+		err := f.wh.conn.QueryRowContext(context.Background(),
+			"SELECT count(*) FROM lakeflow_stage").Scan(&stored)
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	f.apply(f.rec(change.OpCreate, 100, 1, "1", "a", ""), f.rec(change.OpCreate, 100, 2, "2", "b", ""))
+	if stored != 0 {
+		t.Fatalf("lakeflow_stage holds %d rows at the commit, want none", stored)
+	}
+	expect(t, f.silver(), `
+1 a ∅ @100/1
+2 b ∅ @100/2`)
+}
+
 // TestRulesSeeSilverValues: a rule sees the values silver holds (an
 // interval is an interval, not the lake's text), and a row it cannot
 // evaluate (a cast that fails) fails it instead of stopping the batch.
