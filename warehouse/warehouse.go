@@ -472,8 +472,9 @@ var scratch = map[string]string{
 // the staged envelopes, the decoded rows and the merge's intermediates
 // take as much memory as the batch itself, and kept until the next batch
 // replaces them they would double DuckDB's peak (lakeflow_known is the
-// session's, not the batch's). It runs after a commit, so a cancel (Ctrl-C)
-// does not stop it: the batch is done either way.
+// session's, not the batch's), then has DuckDB's allocator hand the freed
+// pages back. It runs after a commit, so a cancel (Ctrl-C) does not stop
+// it: the batch is done either way.
 func (w *Warehouse) releaseScratch(ctx context.Context) error {
 	ctx = context.WithoutCancel(ctx)
 	rows, err := w.conn.QueryContext(ctx, "SELECT table_name FROM duckdb_tables() WHERE temporary AND table_name <> 'lakeflow_known'")
@@ -496,7 +497,11 @@ func (w *Warehouse) releaseScratch(ctx context.Context) error {
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return err
 	}
-	return w.exec(ctx, stmts)
+	if err := w.exec(ctx, stmts); err != nil {
+		return err
+	}
+	purgeAllocator()
+	return nil
 }
 
 // resetScratch empties scratch tables by creating them again: DuckDB

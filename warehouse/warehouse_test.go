@@ -613,6 +613,15 @@ func TestStagedEnvelopesGoBeforeTheMerge(t *testing.T) {
 2 b ∅ @100/2`)
 }
 
+// TestAllocatorPurges: the DuckDB library lakeflow links has the jemalloc
+// releaseScratch purges; a build without it would keep a batch's freed
+// pages (150-250 MB in a backlog) for seconds.
+func TestAllocatorPurges(t *testing.T) {
+	if !purgeAllocator() {
+		t.Fatal("DuckDB's allocator cannot be purged (no duckdb_je_mallctl in the linked library)")
+	}
+}
+
 // TestRulesSeeSilverValues: a rule sees the values silver holds (an
 // interval is an interval, not the lake's text), and a row it cannot
 // evaluate (a cast that fails) fails it instead of stopping the batch.
