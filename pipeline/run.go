@@ -177,6 +177,13 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	if err != nil {
 		return err
 	}
+	if !opts.Follow {
+		// The stream stopped at the WAL's end before the warehouse
+		// caught up: confirm what it has applied since.
+		if err := src.ConfirmStopped(ctx, prod); err != nil {
+			log.Warn("the slot stays where the stream left it: the next start reads the WAL from there again", "err", err)
+		}
+	}
 	if err := pub.final(ctx); err != nil {
 		return err
 	}
