@@ -224,7 +224,13 @@ func (s *Source) handle(ctx context.Context, dec *Decoder, cat *catalog, sink Si
 		// Nothing is open: everything before this message is handed over,
 		// so its LSN may be confirmed once the sink has acknowledged that.
 		// The source as of it is the source as of the last commit.
-		b := change.Boundary{Seq: change.LSN(msg.LSN), End: change.LSN(msg.LSN), Commit: dec.LastCommit()}
+		// pgoutput gives the message's end, where the next record starts:
+		// a transaction whose commit record comes right after it has that
+		// LSN as its position, so the boundary's position is one byte
+		// before (a commit starts on an aligned LSN, never there); at the
+		// LSN itself the warehouse, which drops changes at or before its
+		// last boundary as applied, would drop that transaction.
+		b := change.Boundary{Seq: change.LSN(msg.LSN) - 1, End: change.LSN(msg.LSN), Commit: dec.LastCommit()}
 		if msg.Prefix == heartbeatPrefix || msg.Prefix == drainPrefix {
 			sink.EndTxn(b)
 		}
