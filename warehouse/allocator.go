@@ -9,8 +9,7 @@ package warehouse
 extern int duckdb_je_mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp, size_t newlen) __attribute__((weak));
 
 // lakeflow_purge purges every arena once the pages jemalloc holds freed
-// (resident, not active) pass threshold bytes: 1 if it purged, 0 if not,
-// -1 if it cannot.
+// (resident, not active) pass threshold bytes; -1 if it cannot look.
 static int lakeflow_purge(size_t threshold) {
 	if (duckdb_je_mallctl == NULL) {
 		return -1;
@@ -27,7 +26,7 @@ static int lakeflow_purge(size_t threshold) {
 		return 0;
 	}
 	// 4096 is MALLCTL_ARENAS_ALL: every arena.
-	return duckdb_je_mallctl("arena.4096.purge", NULL, NULL, NULL, 0) == 0 ? 1 : -1;
+	return duckdb_je_mallctl("arena.4096.purge", NULL, NULL, NULL, 0) == 0 ? 0 : -1;
 }
 */
 import "C"

@@ -85,10 +85,9 @@ func (st *BatchStats) Add(b BatchStats) {
 // Apply applies a batch in one DuckDB transaction. Before it, the records
 // are staged and decoded into scratch tables, and those that cannot be
 // applied set aside (dead letters); in it, Apply records the dead letters,
-// writes each
-// table's new events to lake files, holds back the changes that break a
-// contract rule (quarantine), merges the rest into silver and records the
-// lake files, the positions and the batch. The lake files reach their
+// writes each table's new events to lake files, holds back the changes
+// that break a contract rule (quarantine), merges the rest into silver and
+// records the lake files, the positions and the batch. The lake files reach their
 // final names only after the commit. A batch that fails leaves the
 // warehouse as it was; applying it again is a no-op for what it already
 // holds.

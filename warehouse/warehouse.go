@@ -481,23 +481,23 @@ func (w *Warehouse) releaseScratch(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var stmts []string
+	var reset, drops []string
 	for rows.Next() {
 		var name string
 		if err := rows.Scan(&name); err != nil {
 			rows.Close()
 			return err
 		}
-		if cols, ok := scratch[name]; ok {
-			stmts = append(stmts, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s (%s)", name, cols))
+		if _, ok := scratch[name]; ok {
+			reset = append(reset, name)
 		} else {
-			stmts = append(stmts, "DROP TABLE temp.main."+ident(name))
+			drops = append(drops, "DROP TABLE temp.main."+ident(name))
 		}
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return err
 	}
-	if err := w.exec(ctx, stmts); err != nil {
+	if err := errors.Join(w.resetScratch(ctx, reset...), w.exec(ctx, drops)); err != nil {
 		return err
 	}
 	purgeAllocator()
