@@ -83,14 +83,14 @@ func (st *BatchStats) Add(b BatchStats) {
 }
 
 // Apply applies a batch in one DuckDB transaction. Before it, the records
-// are staged and decoded into scratch tables, and those that cannot be
-// applied set aside (dead letters); in it, Apply records the dead letters,
-// writes each table's new events to lake files, holds back the changes
-// that break a contract rule (quarantine), merges the rest into silver and
-// records the lake files, the positions and the batch. The lake files reach their
-// final names only after the commit. A batch that fails leaves the
-// warehouse as it was; applying it again is a no-op for what it already
-// holds.
+// are staged and decoded into scratch tables, those that cannot be
+// applied set aside (dead letters), and each table's new events written
+// to lake files under staging names; in it, Apply records the dead
+// letters, holds back the changes that break a contract rule
+// (quarantine), merges the rest into silver and records the lake files,
+// the positions and the batch. The lake files reach their final names
+// only after the commit. A batch that fails leaves the warehouse as it
+// was; applying it again is a no-op for what it already holds.
 func (w *Warehouse) Apply(ctx context.Context, b Batch) (BatchStats, error) {
 	var st BatchStats
 	since := laps()
@@ -98,14 +98,21 @@ func (w *Warehouse) Apply(ctx context.Context, b Batch) (BatchStats, error) {
 	if err != nil {
 		return st, fmt.Errorf("batch: %w", err)
 	}
-	var files []lake.File
+	written, err := w.writeBatchLake(ctx, b, order, rows)
+	st.Lake = since()
+	files := make([]lake.File, len(written))
+	for i, f := range written {
+		files[i] = f.File
+	}
 	var t0 time.Time
-	err = w.inTx(ctx, func(ctx context.Context) error {
-		var err error
-		files, err = w.applyInTx(ctx, b, order, rows, &st, since)
-		t0 = time.Now()
-		return err
-	})
+	if err == nil {
+		err = w.inTx(ctx, func(ctx context.Context) error {
+			dead, err := w.applyInTx(ctx, b, written, order, rows, &st, since)
+			files = append(files, dead...)
+			t0 = time.Now()
+			return err
+		})
+	}
 	if err != nil {
 		for _, f := range files {
 			os.Remove(f.Staging) // lake.Recover would remove them too
@@ -178,18 +185,23 @@ func (w *Warehouse) decodeBatch(ctx context.Context, recs []Record, st *BatchSta
 	return order, rows, nil
 }
 
-func (w *Warehouse) applyInTx(ctx context.Context, b Batch, order []*table, rows map[*table]rowsInfo, st *BatchStats, since func() time.Duration) ([]lake.File, error) {
-	dead, err := w.deadLetters(ctx, b.Positions)
-	if err != nil {
-		return nil, err
-	}
-	st.Dead = dead
+// writeBatchLake writes each table's new events of the batch to lake
+// files under staging names. Files, not the warehouse: it runs before the
+// transaction, and so does what follows, once the lake holds both images
+// of every change: each rows table keeps the one image per change that
+// the rest of the batch applies, in after (an update's or insert's after
+// image, a delete's before image: the shape a replay loads), without the
+// columns only the lake needed. Nothing applies an update's before image;
+// without it and them the rows a batch holds through its merge take half
+// the memory (a table replaced inside a transaction is freed only at its
+// commit).
+func (w *Warehouse) writeBatchLake(ctx context.Context, b Batch, order []*table, rows map[*table]rowsInfo) ([]lakeFile, error) {
 	stage.Enter(stage.Lake)
 	floor := w.floor
 	if b.Watermark != nil {
 		floor = max(floor, b.Watermark.Seq)
 	}
-	var files []lake.File
+	var files []lakeFile
 	for _, t := range order {
 		tf, err := w.writeLake(ctx, t, b.Positions[t.topic].ID, floor, b.Watermark)
 		files = append(files, tf...)
@@ -197,17 +209,40 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, order []*table, rows
 			return files, fmt.Errorf("write lake files of %s: %w", t.schema.ID(), err)
 		}
 	}
-	df, err := w.writeDeadLetters(ctx, len(dead), b.Positions)
-	files = append(files, df...)
-	if err != nil {
-		return files, fmt.Errorf("write lake files of dead letters: %w", err)
-	}
 	if len(files) > 0 {
 		if err := w.lake.SyncStaging(); err != nil {
 			return files, err
 		}
 	}
-	st.Lake = since()
+	for _, t := range order {
+		_, err := w.conn.ExecContext(ctx, fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE %[1]s AS
+			SELECT op, coalesce(after, before) AS after, _cdc_seq, _cdc_ord, _commit_ts, kafka_partition, kafka_offset FROM %[1]s`, rowsTable(t.id)))
+		if err != nil {
+			return files, err
+		}
+	}
+	return files, nil
+}
+
+// applyInTx is the batch's part in its transaction; it returns the lake
+// files of the dead letters it wrote.
+func (w *Warehouse) applyInTx(ctx context.Context, b Batch, written []lakeFile, order []*table, rows map[*table]rowsInfo, st *BatchStats, since func() time.Duration) ([]lake.File, error) {
+	dead, err := w.deadLetters(ctx, b.Positions)
+	if err != nil {
+		return nil, err
+	}
+	st.Dead = dead
+	files, err := w.writeDeadLetters(ctx, len(dead), b.Positions)
+	if err == nil && len(files) > 0 {
+		err = w.lake.SyncStaging()
+	}
+	if err != nil {
+		return files, fmt.Errorf("write lake files of dead letters: %w", err)
+	}
+	if err := w.recordLakeFiles(ctx, written); err != nil {
+		return files, err
+	}
+	st.Lake += since()
 	if err := w.applyRows(ctx, order, rows, st, since); err != nil {
 		return files, err
 	}
@@ -229,28 +264,6 @@ type rowsInfo struct {
 	// judgeOnly says the rows are there for the rules of the tables that
 	// reference the table: they are judged, not applied (ReplayScope.Apply).
 	judgeOnly bool
-	// oneImage says the rows hold each change's one image in after (a
-	// delete's before image too) and no before: a replay's. Nothing
-	// applies an update's before image, and a second struct column
-	// costs the load two fifths of its time.
-	oneImage bool
-}
-
-// image is SQL for the image a change applies: its after image, or a
-// delete's before image.
-func (i rowsInfo) image() string {
-	if i.oneImage {
-		return "after"
-	}
-	return "COALESCE(after, before)"
-}
-
-// afterImage is SQL for a change's after image (NULL for a delete).
-func (i rowsInfo) afterImage() string {
-	if i.oneImage {
-		return "CASE WHEN op <> 'd' THEN after END"
-	}
-	return "after"
 }
 
 // applyRows applies the decoded rows of the batch's tables (order): the

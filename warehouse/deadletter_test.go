@@ -32,8 +32,12 @@ func TestDeadLetterFilesSurviveACrashAfterCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	written, err := f.wh.writeBatchLake(ctx, b, order, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := f.wh.inTx(ctx, func(ctx context.Context) error {
-		_, err := f.wh.applyInTx(ctx, b, order, rows, &st, since)
+		_, err := f.wh.applyInTx(ctx, b, written, order, rows, &st, since)
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -99,7 +99,7 @@ func historySQL(t *change.Table, id int, judged bool, info rowsInfo, continues b
 	var keys, versionKeys, onSilver, onHist, values []string
 	for _, i := range t.KeyColumns() {
 		n := ident(t.Columns[i].Name)
-		keys = append(keys, info.image()+"."+n)
+		keys = append(keys, "after."+n)
 		versionKeys = append(versionKeys, "e.img."+n)
 		onSilver = append(onSilver, "s."+n+" = e.img."+n)
 		onHist = append(onHist, "h."+n+" = s.img."+n)
@@ -113,12 +113,12 @@ func historySQL(t *change.Table, id int, judged bool, info rowsInfo, continues b
 	stmts := []string{
 		fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE lakeflow_versions AS
 SELECT e.*, row_number() OVER w = 1 AS first, lead(e._cdc_seq) OVER w AS next_seq, lead(e._cdc_ord) OVER w AS next_ord, lead(e._commit_ts) OVER w AS next_ts
-FROM (SELECT %s AS img, op, _cdc_seq, _cdc_ord, _commit_ts FROM %s WHERE op <> 't'
+FROM (SELECT after AS img, op, _cdc_seq, _cdc_ord, _commit_ts FROM %s WHERE op <> 't'
       QUALIFY row_number() OVER (PARTITION BY %s, _cdc_seq ORDER BY _cdc_ord DESC) = 1) e
 LEFT JOIN %s s ON %s
 WHERE s._cdc_seq IS NULL OR %s
 WINDOW w AS (PARTITION BY %s ORDER BY e._cdc_seq, e._cdc_ord)`,
-			info.image(), from, strings.Join(keys, ", "), silver, strings.Join(onSilver, " AND "), positionLess("s", "e"),
+			from, strings.Join(keys, ", "), silver, strings.Join(onSilver, " AND "), positionLess("s", "e"),
 			strings.Join(versionKeys, ", ")),
 	}
 	on := strings.Join(onHist, " AND ")

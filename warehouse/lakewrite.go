@@ -12,15 +12,29 @@ import (
 	"github.com/lakeflow/lakeflow/pipeline/lake"
 )
 
+// lakeFile is a lake file of a batch, written under its staging name, and
+// what lakeflow.lake_files records of it in the batch's transaction.
+type lakeFile struct {
+	lake.File
+	table          *table
+	topicID        string
+	day            string
+	part           int32
+	first, last, n int64
+	minSeq, maxSeq uint64
+	size           int64
+}
+
 // writeLake writes the table's events that are not in the lake yet, one
-// file per commit day and Kafka partition, under staging names, and
-// records them in lakeflow.lake_files. Each file carries, as Parquet
+// file per commit day and Kafka partition, under staging names, for
+// recordLakeFiles to record once the batch's transaction runs (the files
+// are published only after it commits). Each file carries, as Parquet
 // key-value metadata, what a warehouse rebuilt from the lake alone needs:
 // the table's schema and topic, the source position up to which the lake
 // holds every event once the batch commits (floor), and the batch, with,
 // if it ends at a watermark, the source position it leaves silver at, so
 // lakeflow asof can name it without the warehouse.
-func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string, floor change.LSN, wm *change.Watermark) ([]lake.File, error) {
+func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string, floor change.LSN, wm *change.Watermark) ([]lakeFile, error) {
 	src := rowsTable(t.id)
 	newer := "kafka_offset > " + w.lakeHighExpr(t.topic)
 	rows, err := w.conn.QueryContext(ctx, fmt.Sprintf(`SELECT strftime(day, '%%Y-%%m-%%d'), kafka_partition, min(kafka_offset), max(kafka_offset),
@@ -63,10 +77,11 @@ func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string, flo
 	}
 	meta += ", " + literal(metaBatch) + ": " + literal(string(b))
 	meta = "{" + meta + "}"
-	var files []lake.File
+	var files []lakeFile
 	for _, g := range groups {
-		f := w.lake.NewFile(lakeDir(t.schema), g.day, lake.Span{Partition: g.part, First: g.first, Last: g.last,
-			MinSeq: change.LSN(g.minSeq), MaxSeq: change.LSN(g.maxSeq)})
+		f := lakeFile{File: w.lake.NewFile(lakeDir(t.schema), g.day, lake.Span{Partition: g.part, First: g.first, Last: g.last,
+			MinSeq: change.LSN(g.minSeq), MaxSeq: change.LSN(g.maxSeq)}),
+			table: t, topicID: topicID, day: g.day, part: g.part, first: g.first, last: g.last, n: g.n, minSeq: g.minSeq, maxSeq: g.maxSeq}
 		files = append(files, f)
 		copySQL := fmt.Sprintf(`COPY (SELECT * EXCLUDE (day, key_only, dlq_reason) FROM %s
 			WHERE day = DATE %s AND kafka_partition = %d AND %s ORDER BY kafka_offset)
@@ -81,13 +96,22 @@ func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string, flo
 		if err != nil {
 			return files, err
 		}
-		_, err = w.conn.ExecContext(ctx, "INSERT INTO lakeflow.lake_files VALUES (?, ?, ?::DATE, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-			f.Path, t.schema.ID(), g.day, t.topic, g.part, g.first, g.last, g.n, g.minSeq, g.maxSeq, fi.Size(), time.Now().UTC(), topicID, w.batch+1)
-		if err != nil {
-			return files, err
-		}
+		files[len(files)-1].size = fi.Size()
 	}
 	return files, nil
+}
+
+// recordLakeFiles records a batch's lake files (writeLake) in
+// lakeflow.lake_files.
+func (w *Warehouse) recordLakeFiles(ctx context.Context, files []lakeFile) error {
+	for _, f := range files {
+		_, err := w.conn.ExecContext(ctx, "INSERT INTO lakeflow.lake_files VALUES (?, ?, ?::DATE, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+			f.Path, f.table.schema.ID(), f.day, f.table.topic, f.part, f.first, f.last, f.n, f.minSeq, f.maxSeq, f.size, time.Now().UTC(), f.topicID, w.batch+1)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // The key-value metadata of a lake file.

@@ -222,9 +222,9 @@ func (w *Warehouse) renameChains(ctx context.Context) (map[string]map[string][]s
 }
 
 // loadRows fills the rows table of t with its lake events that where
-// (SQL) keeps, in the shape the stream's decode gives but with one image
-// per change (rowsInfo.oneImage; images of the current schema: a column
-// renamed since is read under its old name), and reports how many there
+// (SQL) keeps, with one image per change as rowsTable says (images of
+// the current schema: a column renamed since is read under its old
+// name), and reports how many there
 // are, whether a delete holds only the key (a before image whose other
 // columns are all NULL: the lake keeps no flag, and for a full image the
 // key-only apply gives the same row) and how many truncates.
@@ -281,7 +281,7 @@ FROM %s WHERE %s`, rowsTable(t.id), image("after"), image("before"), src, where)
 		keyOnly = "op = 'd' AND " + strings.Join(nonKey, " AND ")
 	}
 	var n, ko int
-	info := rowsInfo{oneImage: true}
+	var info rowsInfo
 	err = w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*), count(*) FILTER (%s), count(*) FILTER (op = 't') FROM %s", keyOnly, rowsTable(t.id))).
 		Scan(&n, &ko, &info.truncates)
 	info.keyOnly = ko > 0

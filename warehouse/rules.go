@@ -340,7 +340,7 @@ func referenceSQL(t, u *table, r contracts.Rule, uTouched bool, uRows rowsInfo) 
 	for i, pair := range r.References.Columns {
 		k := fmt.Sprintf("k%d", i)
 		evCols = append(evCols, fmt.Sprintf("after.%s AS %s", ident(pair[0]), k))
-		refCols = append(refCols, fmt.Sprintf("%s.%s AS %s", uRows.image(), ident(pair[1]), k))
+		refCols = append(refCols, fmt.Sprintf("after.%s AS %s", ident(pair[1]), k))
 		refKeys = append(refKeys, k)
 		on = append(on, fmt.Sprintf("ref.%s = ev.%s", k, k))
 		silverOn = append(silverOn, fmt.Sprintf("s.%s = ev.%s", ident(pair[1]), k))

@@ -9,7 +9,9 @@ import (
 )
 
 // rowsTable is the temp table that holds a table's decoded events of the
-// batch.
+// batch: first as parseSQL gives them, and from the lake write on (and in
+// a replay) with one image per change, in after: op, after, _cdc_seq,
+// _cdc_ord, _commit_ts, kafka_partition, kafka_offset.
 func rowsTable(id int) string { return fmt.Sprintf("lakeflow_rows_%d", id) }
 
 // parseSQL turns the staged envelopes of one table into typed rows, the
@@ -189,16 +191,15 @@ func newestTable(id int) string { return fmt.Sprintf("lakeflow_newest_%d", id) }
 // position; with info.keyOnly, also the key's newest after image in the
 // batch (live).
 func latestSQL(t *change.Table, id int, info rowsInfo, judged bool) string {
-	img := info.image()
 	var keyExprs []string
 	for _, i := range t.KeyColumns() {
-		keyExprs = append(keyExprs, img+"."+ident(t.Columns[i].Name))
+		keyExprs = append(keyExprs, "after."+ident(t.Columns[i].Name))
 	}
 	keys := strings.Join(keyExprs, ", ")
 	live := ""
 	if info.keyOnly {
-		live = fmt.Sprintf(`, last_value(%s IGNORE NULLS) OVER (PARTITION BY %s ORDER BY _cdc_seq, _cdc_ord
-			ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS live`, info.afterImage(), keys)
+		live = fmt.Sprintf(`, last_value(CASE WHEN op <> 'd' THEN after END IGNORE NULLS) OVER (PARTITION BY %s ORDER BY _cdc_seq, _cdc_ord
+			ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS live`, keys)
 	}
 	from := rowsTable(id) + " r"
 	if judged {
@@ -208,12 +209,12 @@ func latestSQL(t *change.Table, id int, info rowsInfo, judged bool) string {
 		// An aggregate finds the newest change per key for less than a
 		// window; carrying the row ids alone through it, not the
 		// images, costs a third less again.
-		return fmt.Sprintf(`SELECT %s AS img, op = 'd' AS del, _cdc_seq, _cdc_ord, _commit_ts FROM %s
-	WHERE rowid IN (SELECT arg_max(r.rowid, _cdc_seq::HUGEINT * 4294967296 + _cdc_ord) FROM %s WHERE op <> 't' GROUP BY %s)`, img, rowsTable(id), from, keys)
+		return fmt.Sprintf(`SELECT after AS img, op = 'd' AS del, _cdc_seq, _cdc_ord, _commit_ts FROM %s
+	WHERE rowid IN (SELECT arg_max(r.rowid, _cdc_seq::HUGEINT * 4294967296 + _cdc_ord) FROM %s WHERE op <> 't' GROUP BY %s)`, rowsTable(id), from, keys)
 	}
-	return fmt.Sprintf(`SELECT %s AS img, op = 'd' AS del, _cdc_seq, _cdc_ord, _commit_ts%s
+	return fmt.Sprintf(`SELECT after AS img, op = 'd' AS del, _cdc_seq, _cdc_ord, _commit_ts%s
 	FROM %s WHERE op <> 't'
-	QUALIFY row_number() OVER (PARTITION BY %s ORDER BY _cdc_seq DESC, _cdc_ord DESC) = 1`, img, live, from, keys)
+	QUALIFY row_number() OVER (PARTITION BY %s ORDER BY _cdc_seq DESC, _cdc_ord DESC) = 1`, live, from, keys)
 }
 
 // columnValue is the silver value of column c in image img (a lake
