@@ -4,6 +4,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -72,7 +73,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	if err := ensureLive(cfg, log); err != nil {
 		return err
 	}
-	wh, err := openLive(ctx, cfg, lk, log)
+	wh, err := openLive(ctx, cfg, lk, log, runMemoryLimit)
 	if err != nil {
 		return err
 	}
@@ -208,10 +209,13 @@ func (c *consumer) recordRun(ctx context.Context, started time.Time, follow bool
 		Phases: s.phases, ExitReason: reason})
 }
 
-// openLive opens the live warehouse (warehouse.live_path).
-func openLive(ctx context.Context, cfg *config.Config, lk *lake.Lake, log *slog.Logger) (*warehouse.Warehouse, error) {
+// openLive opens the live warehouse (warehouse.live_path), with DuckDB's
+// memory capped at limit unless warehouse.memory_limit says (0: the
+// warehouse's default).
+func openLive(ctx context.Context, cfg *config.Config, lk *lake.Lake, log *slog.Logger, limit int64) (*warehouse.Warehouse, error) {
 	wcfg := cfg.Warehouse
 	wcfg.Path = wcfg.Live
+	wcfg.MemoryLimit = cmp.Or(wcfg.MemoryLimit, limit)
 	return warehouse.Open(ctx, wcfg, lk, log)
 }
 

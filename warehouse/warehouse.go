@@ -243,10 +243,14 @@ func openError(path string, err error) error {
 	return fmt.Errorf("%w: open warehouse %s: %v", fault.ErrEnvironment, path, err)
 }
 
+// DefaultMemoryLimit caps DuckDB's memory when the configuration leaves
+// it to the command.
+const DefaultMemoryLimit = 1 << 30
+
 func (w *Warehouse) init(ctx context.Context, memoryLimit int64) error {
 	// Without a limit DuckDB may take 80% of the machine's memory.
 	if memoryLimit == 0 {
-		memoryLimit = 1 << 30
+		memoryLimit = DefaultMemoryLimit
 	}
 	for _, stmt := range []string{
 		"SET TimeZone = 'UTC'",

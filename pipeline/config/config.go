@@ -121,7 +121,8 @@ type Warehouse struct {
 	// least four times as long as publishing takes, so it never costs more
 	// than a fifth of the pipeline's time).
 	PublishInterval time.Duration
-	// MemoryLimit caps DuckDB's memory; it spills beyond it.
+	// MemoryLimit caps DuckDB's memory; it spills beyond it. 0 leaves it
+	// to the command (run: 512 MiB; others: 1 GiB).
 	MemoryLimit int64
 }
 

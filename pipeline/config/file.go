@@ -106,7 +106,7 @@ func defaults() file {
 			Retention:      "168h",
 			RetentionBytes: "1GiB",
 		},
-		Warehouse: warehouseFile{MemoryLimit: "1GiB", PublishInterval: "5s"},
+		Warehouse: warehouseFile{PublishInterval: "5s"},
 		Contracts: contractsFile{Dir: "contracts"},
 		Catalog:   catalogFile{Dir: "catalog"},
 		Pipeline: pipelineFile{
@@ -259,7 +259,9 @@ func (f file) resolve(base string) (*Config, []string) {
 		bad("warehouse.live_path", "is warehouse.path: the warehouse lakeflow writes and the one it publishes are two files")
 	}
 	c.Warehouse.PublishInterval = duration("warehouse.publish_interval", f.Warehouse.PublishInterval)
-	c.Warehouse.MemoryLimit = size("warehouse.memory_limit", f.Warehouse.MemoryLimit)
+	if f.Warehouse.MemoryLimit != "" {
+		c.Warehouse.MemoryLimit = size("warehouse.memory_limit", f.Warehouse.MemoryLimit)
+	}
 
 	c.Contracts.Dir = abs("contracts.dir", f.Contracts.Dir)
 	c.Catalog.Dir = abs("catalog.dir", f.Catalog.Dir)
