@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -409,9 +410,12 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 	applyStart := time.Now()
 	st, err := c.wh.Apply(ctx, batch)
 	stage.Enter(stage.Fetch)
-	if err != nil {
+	if err != nil && !errors.Is(err, warehouse.ErrUnpublished) {
 		return err
 	}
+	// Committed (with ErrUnpublished too: the run stops once the batch is
+	// off the pending records, so that finish does not apply it again and
+	// overwrite its staged lake files; the next start publishes them).
 	maps.Copy(c.committed, batch.Positions)
 	if m != nil {
 		c.dropMarks(m.offset)
@@ -447,7 +451,7 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 		"gold", st.Gold.Round(time.Millisecond), "commit", st.Commit.Round(time.Millisecond),
 		"quarantined", st.Quarantined, "warned", st.Warned, "dead", len(st.Dead))
 	c.trim(ctx)
-	return nil
+	return err
 }
 
 // seenAsTarget is what has been received, as a drain target.

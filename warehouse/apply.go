@@ -3,6 +3,7 @@ package warehouse
 import (
 	"context"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -114,15 +115,12 @@ func (w *Warehouse) Apply(ctx context.Context, b Batch) (BatchStats, error) {
 		})
 	}
 	if err != nil {
-		for _, f := range files {
-			os.Remove(f.Staging) // lake.Recover would remove them too
-		}
+		w.removeStaging(ctx, files)
 		return st, fmt.Errorf("batch: %w", err)
 	}
-	// Committed: from here a crash is rolled forward by lake.Recover.
-	if err := w.lake.Publish(files); err != nil {
-		return st, err
-	}
+	// Committed: from here a crash is rolled forward by lake.Recover. The
+	// warehouse's own state moves on before the files are published: if
+	// that fails, the batch is applied (ErrUnpublished).
 	for _, r := range b.Records {
 		w.raiseLakeHigh(r.Topic, r.Partition, r.Offset)
 	}
@@ -134,14 +132,36 @@ func (w *Warehouse) Apply(ctx context.Context, b Batch) (BatchStats, error) {
 	if b.Watermark != nil {
 		w.floor = max(w.floor, b.Watermark.Seq)
 	}
+	st.Events, st.LakeFiles, st.Tables = len(b.Records), len(files), len(order)
+	if err := w.lake.Publish(files); err != nil {
+		return st, fmt.Errorf("%w: %w", ErrUnpublished, err)
+	}
 	// The batch is done: scratch tables that could not be freed only
 	// hold memory until the next batch replaces them.
 	if err := w.releaseScratch(ctx); err != nil {
 		w.log.Warn("free the batch's scratch tables", "err", err)
 	}
 	st.Commit = time.Since(t0)
-	st.Events, st.LakeFiles, st.Tables = len(b.Records), len(files), len(order)
 	return st, nil
+}
+
+// ErrUnpublished says a batch committed but its lake files stayed under
+// their staging names: the run must stop, not apply the batch again; the
+// next start publishes them (lake.Recover).
+var ErrUnpublished = errors.New("the batch committed, but its lake files could not be published")
+
+// removeStaging removes the staging files of a batch that failed, except
+// those lakeflow.lake_files records (a batch that committed them: they are
+// lake.Recover's to publish) or that it cannot tell; lake.Recover removes
+// what is left at the next start.
+func (w *Warehouse) removeStaging(ctx context.Context, files []lake.File) {
+	for _, f := range files {
+		var n int
+		err := w.conn.QueryRowContext(context.WithoutCancel(ctx), "SELECT count(*) FROM lakeflow.lake_files WHERE path = ?", f.Path).Scan(&n)
+		if err == nil && n == 0 {
+			os.Remove(f.Staging)
+		}
+	}
 }
 
 // decodeBatch stages the records and decodes each table's into its rows

@@ -264,6 +264,41 @@ func TestOpenFinishesInterruptedBatches(t *testing.T) {
 	}
 }
 
+// TestUnpublishedBatchKeepsItsLakeFile: a batch commits but its lake file
+// cannot be published (the day directory's name is taken). Apply says so
+// (ErrUnpublished), and the same batch applied again (a retry that ignores
+// it) neither rewrites nor removes the committed file's staging copy: the
+// next start publishes it. Found by review: the retry rewrote it, failed
+// on lakeflow.lake_files' key, and its error path removed it.
+func TestUnpublishedBatchKeepsItsLakeFile(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	day := filepath.Join(f.dir, "lake", "acct", "date=2024-02-29")
+	if err := os.MkdirAll(filepath.Dir(day), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(day, []byte("in the way"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := batch(f.rec(change.OpCreate, 100, 1, "1", "a", ""))
+	if _, err := f.wh.Apply(ctx, b); !errors.Is(err, ErrUnpublished) {
+		t.Fatalf("Apply: %v, want ErrUnpublished", err)
+	}
+	if err := os.Remove(day); err != nil {
+		t.Fatal(err)
+	}
+	f.wh.Apply(ctx, b) // the retry ErrUnpublished rules out
+	f.close()
+	f.open()
+	defer f.close()
+	if n := f.lakeEvents(); n != 1 {
+		t.Fatalf("lake has %d events, want 1", n)
+	}
+	if n := f.count("SELECT count(*) FROM silver.acct"); n != 1 {
+		t.Fatalf("silver has %d rows, want 1", n)
+	}
+}
+
 func TestSchemaEvolution(t *testing.T) {
 	f := newFixture(t)
 	defer f.close()

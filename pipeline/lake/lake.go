@@ -1,10 +1,10 @@
 // Package lake is the bronze layer: immutable Parquet files at
 // <dir>/<table>/date=YYYY-MM-DD/part-<min seq>-<max seq>-<partition>-<first offset>-<last offset>.parquet,
 // one per table, commit day, Kafka partition and batch. The warehouse
-// writes them (inside the batch's transaction, with DuckDB's COPY) under
-// _staging/; this package names them, makes them durable, and publishes
-// them to their final name only after that transaction has committed
-// (DESIGN.md invariant 3).
+// writes them (with DuckDB's COPY, before the batch's transaction; the
+// transaction records them) under _staging/; this package names them,
+// makes them durable, and publishes them to their final name only after
+// that transaction has committed (DESIGN.md invariant 3).
 package lake
 
 import (
