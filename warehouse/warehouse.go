@@ -28,11 +28,14 @@ import (
 // Warehouse is an open warehouse file. Its methods are not safe for
 // concurrent use: one consumer owns it.
 type Warehouse struct {
-	path    string
-	db      *sql.DB
-	conn    *sql.Conn // temp staging tables live on this one connection
-	lake    *lake.Lake
-	log     *slog.Logger
+	path string
+	db   *sql.DB
+	conn *sql.Conn // temp staging tables live on this one connection
+	lake *lake.Lake
+	log  *slog.Logger
+	// spill is where an in-memory warehouse (an asof answer) spills past
+	// its memory limit; Close removes it.
+	spill   string
 	tables  map[string]*table // by source table ID
 	byTopic map[string]*table
 	// lakeHigh is, per topic and partition, the highest offset already in
@@ -210,6 +213,17 @@ func open(ctx context.Context, cfg config.Warehouse, lk *lake.Lake, log *slog.Lo
 		tables: map[string]*table{}, byTopic: map[string]*table{},
 		lakeHigh: map[string]map[int32]int64{}, known: map[*table]bool{}}
 	w.published.Store(-1)
+	if path == "" {
+		// DuckDB spills an in-memory database into .tmp under the working
+		// directory: the user's, wherever they ran lakeflow.
+		if w.spill, err = os.MkdirTemp("", "lakeflow-spill-"); err == nil {
+			_, err = conn.ExecContext(ctx, "SET temp_directory = "+literal(w.spill))
+		}
+		if err != nil {
+			w.Close()
+			return nil, fmt.Errorf("%w: a directory for DuckDB to spill into: %v", fault.ErrEnvironment, err)
+		}
+	}
 	if err := w.init(ctx, cfg.MemoryLimit); err != nil {
 		w.Close()
 		return nil, err
@@ -391,7 +405,11 @@ func (w *Warehouse) raiseLakeHigh(topic string, part int32, off int64) {
 
 // Close closes the warehouse; DuckDB checkpoints on a clean close.
 func (w *Warehouse) Close() error {
-	return errors.Join(w.conn.Close(), w.db.Close())
+	err := errors.Join(w.conn.Close(), w.db.Close())
+	if w.spill != "" {
+		err = errors.Join(err, os.RemoveAll(w.spill))
+	}
+	return err
 }
 
 // Path is the warehouse file.

@@ -657,6 +657,44 @@ func TestAllocatorPurges(t *testing.T) {
 	}
 }
 
+// TestInMemoryViewSpillsOutsideTheWorkingDirectory: an asof answer is
+// an in-memory DuckDB; past its memory limit DuckDB spills it, by default
+// into .tmp under the working directory. It spills into a directory of
+// its own under the system's temporary one, gone once it closes.
+func TestInMemoryViewSpillsOutsideTheWorkingDirectory(t *testing.T) {
+	work := t.TempDir()
+	t.Chdir(work)
+	t.Setenv("TMPDIR", t.TempDir())
+	lk, err := lake.Open(filepath.Join(t.TempDir(), "lake"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	w, err := OpenView(ctx, "", 64<<20, lk, slog.New(slog.DiscardHandler), View{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.conn.ExecContext(ctx, "CREATE TABLE big AS SELECT i, repeat('x', 100) || i AS s FROM range(2000000) t(i)"); err != nil {
+		w.Close()
+		t.Fatal(err)
+	}
+	var spilled int64
+	if err := w.conn.QueryRowContext(ctx, "SELECT sum(temporary_storage_bytes) FROM duckdb_memory()").Scan(&spilled); err != nil || spilled == 0 {
+		w.Close()
+		t.Fatalf("nothing spilled (%d bytes, %v): the test proves nothing", spilled, err)
+	}
+	if entries, _ := os.ReadDir(work); len(entries) > 0 {
+		w.Close()
+		t.Fatalf("the working directory holds %v", entries[0].Name())
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(os.Getenv("TMPDIR")); len(entries) > 0 {
+		t.Fatalf("left behind in the temporary directory: %s", entries[0].Name())
+	}
+}
+
 // TestRulesSeeSilverValues: a rule sees the values silver holds (an
 // interval is an interval, not the lake's text), and a row it cannot
 // evaluate (a cast that fails) fails it instead of stopping the batch.
