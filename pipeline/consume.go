@@ -191,7 +191,7 @@ func (c *consumer) run(ctx context.Context) error {
 		}
 		c.pace()
 		if err := c.step(ctx, target); err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil && !errors.Is(err, warehouse.ErrUnpublished) {
 				return c.finish(ctx.Err())
 			}
 			return err

@@ -13,6 +13,7 @@ import (
 	"github.com/duckdb/duckdb-go/v2"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/lake"
 	"github.com/lakeflow/lakeflow/pipeline/stage"
 )
@@ -134,7 +135,8 @@ func (w *Warehouse) Apply(ctx context.Context, b Batch) (BatchStats, error) {
 	}
 	st.Events, st.LakeFiles, st.Tables = len(b.Records), len(files), len(order)
 	if err := w.lake.Publish(files); err != nil {
-		return st, fmt.Errorf("%w: %w", ErrUnpublished, err)
+		return st, fmt.Errorf("%w: %w: %w (fix that and run lakeflow run again: it publishes them before anything else)",
+			fault.ErrEnvironment, ErrUnpublished, err)
 	}
 	// The batch is done: scratch tables that could not be freed only
 	// hold memory until the next batch replaces them.

@@ -257,6 +257,31 @@ func openError(path string, err error) error {
 	return fmt.Errorf("%w: open warehouse %s: %v", fault.ErrEnvironment, path, err)
 }
 
+// recoverStaging publishes the staged lake files of batches the warehouse
+// committed and removes the others. Only a warehouse that has committed
+// batches can tell one from the other: a new one (a rebuild's or a
+// shadow's, opened on the lake beside the live warehouse) leaves the
+// staging area alone, or it would remove the files of a batch the live
+// warehouse committed and could not publish.
+func (w *Warehouse) recoverStaging(ctx context.Context) error {
+	var batches int
+	if err := w.conn.QueryRowContext(ctx, "SELECT count(*) FROM lakeflow.batches").Scan(&batches); err != nil || batches == 0 {
+		return err
+	}
+	published, removed, err := w.lake.Recover(func(path string) (bool, error) {
+		var n int
+		err := w.conn.QueryRowContext(ctx, "SELECT count(*) FROM lakeflow.lake_files WHERE path = ?", path).Scan(&n)
+		return n > 0, err
+	})
+	if err != nil {
+		return fmt.Errorf("recover lake staging: %w", err)
+	}
+	if published+removed > 0 {
+		w.log.Info("lake staging recovered", "published", published, "removed", removed)
+	}
+	return nil
+}
+
 // DefaultMemoryLimit caps DuckDB's memory when the configuration leaves
 // it to the command.
 const DefaultMemoryLimit = 1 << 30
@@ -306,16 +331,8 @@ func (w *Warehouse) init(ctx context.Context, memoryLimit int64) error {
 	if w.view != nil {
 		return nil
 	}
-	published, removed, err := w.lake.Recover(func(path string) (bool, error) {
-		var n int
-		err := w.conn.QueryRowContext(ctx, "SELECT count(*) FROM lakeflow.lake_files WHERE path = ?", path).Scan(&n)
-		return n > 0, err
-	})
-	if err != nil {
-		return fmt.Errorf("recover lake staging: %w", err)
-	}
-	if published+removed > 0 {
-		w.log.Info("lake staging recovered", "published", published, "removed", removed)
+	if err := w.recoverStaging(ctx); err != nil {
+		return err
 	}
 	rows, err := w.conn.QueryContext(ctx, "SELECT topic, schema::VARCHAR FROM lakeflow.tables ORDER BY source_table")
 	if err != nil {
