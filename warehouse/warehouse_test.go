@@ -264,6 +264,28 @@ func TestOpenFinishesInterruptedBatches(t *testing.T) {
 	}
 }
 
+// unpublished applies a batch whose lake file cannot be published (a file
+// takes its day directory's name), wants ErrUnpublished, removes the
+// obstacle and returns the batch.
+func (f *fixture) unpublished() Batch {
+	f.t.Helper()
+	day := filepath.Join(f.dir, "lake", "acct", "date=2024-02-29")
+	if err := os.MkdirAll(filepath.Dir(day), 0o755); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := os.WriteFile(day, []byte("in the way"), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+	b := batch(f.rec(change.OpCreate, 100, 1, "1", "a", ""))
+	if _, err := f.wh.Apply(context.Background(), b); !errors.Is(err, ErrUnpublished) {
+		f.t.Fatalf("Apply: %v, want ErrUnpublished", err)
+	}
+	if err := os.Remove(day); err != nil {
+		f.t.Fatal(err)
+	}
+	return b
+}
+
 // TestUnpublishedBatchKeepsItsLakeFile: a batch commits but its lake file
 // cannot be published (the day directory's name is taken). Apply says so
 // (ErrUnpublished), and the same batch applied again (a retry that ignores
@@ -273,20 +295,7 @@ func TestOpenFinishesInterruptedBatches(t *testing.T) {
 func TestUnpublishedBatchKeepsItsLakeFile(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	day := filepath.Join(f.dir, "lake", "acct", "date=2024-02-29")
-	if err := os.MkdirAll(filepath.Dir(day), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(day, []byte("in the way"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	b := batch(f.rec(change.OpCreate, 100, 1, "1", "a", ""))
-	if _, err := f.wh.Apply(ctx, b); !errors.Is(err, ErrUnpublished) {
-		t.Fatalf("Apply: %v, want ErrUnpublished", err)
-	}
-	if err := os.Remove(day); err != nil {
-		t.Fatal(err)
-	}
+	b := f.unpublished()
 	f.wh.Apply(ctx, b) // the retry ErrUnpublished rules out
 	f.close()
 	f.open()
@@ -307,20 +316,8 @@ func TestUnpublishedBatchKeepsItsLakeFile(t *testing.T) {
 func TestNewWarehouseLeavesStagedFilesAlone(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	day := filepath.Join(f.dir, "lake", "acct", "date=2024-02-29")
-	if err := os.MkdirAll(filepath.Dir(day), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(day, []byte("in the way"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.wh.Apply(ctx, batch(f.rec(change.OpCreate, 100, 1, "1", "a", ""))); !errors.Is(err, ErrUnpublished) {
-		t.Fatalf("Apply: %v, want ErrUnpublished", err)
-	}
+	f.unpublished()
 	f.close()
-	if err := os.Remove(day); err != nil {
-		t.Fatal(err)
-	}
 	lk, err := lake.Open(filepath.Join(f.dir, "lake"))
 	if err != nil {
 		t.Fatal(err)
