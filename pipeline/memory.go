@@ -16,9 +16,9 @@ import (
 // 5,000,000-change backlog replayed from Kafka peaked at 1,097-1,126 MiB
 // of RSS with 1 GiB, 887-889 MiB with 512 MiB, in about the same time
 // (105-162 s against 111-141 s, alternated); at 510,663 changes the cap is
-// not reached. (Backfill and asof keep 1 GiB: they load
-// the lake in large chunks, and a 5,000,000-change backfill --all took
-// half as long again at 512 MiB.)
+// not reached. (Backfill and asof keep 1 GiB: they load the lake in large
+// chunks, and a 5,000,000-change backfill --all took half as long again at
+// 512 MiB.)
 const runMemoryLimit = 512 << 20
 
 // limitGoHeap gives the Go heap of a run a soft limit, unless GOMEMLIMIT

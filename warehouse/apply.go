@@ -100,7 +100,7 @@ func (w *Warehouse) Apply(ctx context.Context, b Batch) (BatchStats, error) {
 	if err != nil {
 		return st, fmt.Errorf("batch: %w", err)
 	}
-	written, err := w.writeBatchLake(ctx, b, order, rows)
+	written, err := w.writeBatchLake(ctx, b, order)
 	st.Lake = since()
 	files := make([]lake.File, len(written))
 	for i, f := range written {
@@ -158,9 +158,7 @@ var ErrUnpublished = errors.New("the batch committed, but its lake files could n
 // what is left at the next start.
 func (w *Warehouse) removeStaging(ctx context.Context, files []lake.File) {
 	for _, f := range files {
-		var n int
-		err := w.conn.QueryRowContext(context.WithoutCancel(ctx), "SELECT count(*) FROM lakeflow.lake_files WHERE path = ?", f.Path).Scan(&n)
-		if err == nil && n == 0 {
+		if recorded, err := w.recorded(context.WithoutCancel(ctx), f.Path); err == nil && !recorded {
 			os.Remove(f.Staging)
 		}
 	}
@@ -217,7 +215,7 @@ func (w *Warehouse) decodeBatch(ctx context.Context, recs []Record, st *BatchSta
 // without it and them the rows a batch holds through its merge take half
 // the memory (a table replaced inside a transaction is freed only at its
 // commit).
-func (w *Warehouse) writeBatchLake(ctx context.Context, b Batch, order []*table, rows map[*table]rowsInfo) ([]lakeFile, error) {
+func (w *Warehouse) writeBatchLake(ctx context.Context, b Batch, order []*table) ([]lakeFile, error) {
 	stage.Enter(stage.Lake)
 	floor := w.floor
 	if b.Watermark != nil {

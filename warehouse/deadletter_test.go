@@ -32,7 +32,7 @@ func TestDeadLetterFilesSurviveACrashAfterCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	written, err := f.wh.writeBatchLake(ctx, b, order, rows)
+	written, err := f.wh.writeBatchLake(ctx, b, order)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -224,10 +224,10 @@ func (w *Warehouse) renameChains(ctx context.Context) (map[string]map[string][]s
 // loadRows fills the rows table of t with its lake events that where
 // (SQL) keeps, with one image per change as rowsTable says (images of
 // the current schema: a column renamed since is read under its old
-// name), and reports how many there
-// are, whether a delete holds only the key (a before image whose other
-// columns are all NULL: the lake keeps no flag, and for a full image the
-// key-only apply gives the same row) and how many truncates.
+// name), and reports how many there are, whether a delete holds only the
+// key (a before image whose other columns are all NULL: the lake keeps no
+// flag, and for a full image the key-only apply gives the same row) and
+// how many truncates.
 func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, renames map[string][]string, where string) (int, rowsInfo, error) {
 	src := fmt.Sprintf("read_parquet(%s, union_by_name = true)", sqlList(files))
 	fields, err := w.structFields(ctx, src)

@@ -268,11 +268,7 @@ func (w *Warehouse) recoverStaging(ctx context.Context) error {
 	if err := w.conn.QueryRowContext(ctx, "SELECT count(*) FROM lakeflow.batches").Scan(&batches); err != nil || batches == 0 {
 		return err
 	}
-	published, removed, err := w.lake.Recover(func(path string) (bool, error) {
-		var n int
-		err := w.conn.QueryRowContext(ctx, "SELECT count(*) FROM lakeflow.lake_files WHERE path = ?", path).Scan(&n)
-		return n > 0, err
-	})
+	published, removed, err := w.lake.Recover(func(path string) (bool, error) { return w.recorded(ctx, path) })
 	if err != nil {
 		return fmt.Errorf("recover lake staging: %w", err)
 	}
@@ -282,14 +278,22 @@ func (w *Warehouse) recoverStaging(ctx context.Context) error {
 	return nil
 }
 
-// DefaultMemoryLimit caps DuckDB's memory when the configuration leaves
+// recorded says whether lakeflow.lake_files records the lake file at path
+// (relative to the lake): a committed batch's.
+func (w *Warehouse) recorded(ctx context.Context, path string) (bool, error) {
+	var n int
+	err := w.conn.QueryRowContext(ctx, "SELECT count(*) FROM lakeflow.lake_files WHERE path = ?", path).Scan(&n)
+	return n > 0, err
+}
+
+// defaultMemoryLimit caps DuckDB's memory when the configuration leaves
 // it to the command.
-const DefaultMemoryLimit = 1 << 30
+const defaultMemoryLimit = 1 << 30
 
 func (w *Warehouse) init(ctx context.Context, memoryLimit int64) error {
 	// Without a limit DuckDB may take 80% of the machine's memory.
 	if memoryLimit == 0 {
-		memoryLimit = DefaultMemoryLimit
+		memoryLimit = defaultMemoryLimit
 	}
 	for _, stmt := range []string{
 		"SET TimeZone = 'UTC'",
