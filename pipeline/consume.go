@@ -17,7 +17,9 @@ import (
 	"github.com/lakeflow/lakeflow/warehouse"
 )
 
-// finishTimeout bounds the last batch applied after a cancel.
+// finishTimeout bounds what is left after a cancel: reading the schemas
+// and staging the records held (a batch once staged runs to its end:
+// warehouse.Apply).
 const finishTimeout = time.Minute
 
 // trimInterval is how often committed records are trimmed from Kafka
@@ -191,12 +193,28 @@ func (c *consumer) run(ctx context.Context) error {
 		}
 		c.pace()
 		if err := c.step(ctx, target); err != nil {
-			if ctx.Err() != nil && !errors.Is(err, warehouse.ErrUnpublished) {
+			if ctx.Err() != nil && !final(err) {
 				return c.finish(ctx.Err())
 			}
 			return err
 		}
 	}
+}
+
+// spentError is a batch that failed after its records were released: it
+// cannot be applied again from them, and nothing after it may be applied
+// before it; the next start reads them from Kafka again.
+type spentError struct{ error }
+
+func (e spentError) Unwrap() error { return e.error }
+
+// final says whether err ends the run even while it is being cancelled,
+// where the consumer would otherwise apply what it holds: a batch that
+// committed without its lake files published (applying it again would
+// overwrite its staged files), or one whose records are spent.
+func final(err error) bool {
+	var spent spentError
+	return errors.Is(err, warehouse.ErrUnpublished) || errors.As(err, &spent)
 }
 
 // age is how long the records held have waited: since the oldest of them
@@ -378,7 +396,7 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 		return err
 	}
 	batch := warehouse.Batch{Positions: map[string]warehouse.TopicPosition{}}
-	rest := c.pending[:0:0]
+	var rest []warehouse.Record // not c.pending[:0:0]: that keeps the records' array live
 	if m == nil {
 		batch.Records = c.pending
 	} else {
@@ -407,15 +425,27 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 			batch.Watermark = &m.w
 		}
 	}
+	// The batch's records leave the pending ones for its time in the
+	// warehouse, so that nothing holds their values once staged (release).
+	c.pending = rest
+	spent := false
+	batch.Staged = func() {
+		spent = true
+		release(batch.Records)
+	}
 	applyStart := time.Now()
 	st, err := c.wh.Apply(ctx, batch)
 	stage.Enter(stage.Fetch)
 	if err != nil && !errors.Is(err, warehouse.ErrUnpublished) {
+		if spent {
+			return spentError{err}
+		}
+		c.pending = append(batch.Records, rest...)
 		return err
 	}
-	// Committed (with ErrUnpublished too: the run stops once the batch is
-	// off the pending records, so that finish does not apply it again and
-	// overwrite its staged lake files; the next start publishes them).
+	// Committed (with ErrUnpublished too: the batch stays off the pending
+	// records and the run stops, so that finish does not apply it again
+	// and overwrite its staged lake files; the next start publishes them).
 	maps.Copy(c.committed, batch.Positions)
 	if m != nil {
 		c.dropMarks(m.offset)
@@ -423,7 +453,6 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 	if batch.Watermark != nil {
 		c.applied.Store(uint64(batch.Watermark.End))
 	}
-	c.pending = rest
 	c.bytes = 0
 	c.oldest = time.Now()
 	for _, r := range rest {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/kafka"
+	"github.com/lakeflow/lakeflow/warehouse"
 )
 
 // runMemoryLimit caps DuckDB's memory in a run, unless
@@ -37,4 +38,29 @@ func limitGoHeap(cfg *config.Config, log *slog.Logger) (restore func()) {
 	prev := debug.SetMemoryLimit(limit)
 	log.Debug("go heap soft limit", "bytes", limit)
 	return func() { debug.SetMemoryLimit(prev) }
+}
+
+// releaseBytes is the size of a batch's record values past which
+// releasing them hands the Go heap's free memory back to the system.
+// Forcing a collection costs a few milliseconds; a small batch (a
+// follower's) frees too little to be worth it.
+const releaseBytes = 8 << 20
+
+// release drops a staged batch's record values (the warehouse has them)
+// and, for a large batch, gives the memory back at once. The values point
+// into the decompressed Kafka batches they came in (three quarters of the
+// live Go heap in a backlog); held, those would stay live until the batch
+// commits, and the heap would keep their pages for the next fetch, while
+// DuckDB's working set for the batch is at its largest. Only the values
+// of records no one else holds are freed: the consumer takes the batch
+// off its pending records first.
+func release(recs []warehouse.Record) {
+	n := 0
+	for i := range recs {
+		n += len(recs[i].Value)
+		recs[i].Value = nil
+	}
+	if n >= releaseBytes {
+		debug.FreeOSMemory()
+	}
 }

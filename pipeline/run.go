@@ -161,12 +161,22 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 			return err
 		})
 	}
-	g.Go(func() error { return c.run(gctx) })
+	var consumed error
+	g.Go(func() error {
+		consumed = c.run(gctx)
+		return consumed
+	})
 	if opts.Progress != nil {
 		stop := showProgress(opts.Progress, src, c)
 		defer stop()
 	}
 	err = g.Wait()
+	if final(consumed) {
+		// A batch failed in a way that stops the run even while it is
+		// stopping: the user must hear it, not the cancellation that may
+		// have reached the source first.
+		err = consumed
+	}
 	interrupted := errors.Is(err, context.Canceled) && ctx.Err() != nil
 	if rerr := c.recordRun(ctx, started, opts.Follow, err, interrupted); rerr != nil {
 		log.Warn("the run was not recorded in lakeflow.runs", "err", rerr)

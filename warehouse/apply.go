@@ -38,6 +38,10 @@ type Batch struct {
 	// Watermark is set when the batch ends exactly at it: silver is then
 	// the source as of Watermark.Seq, with no transaction in part.
 	Watermark *change.Watermark
+	// Staged, if set, is called once the records are staged: from then on
+	// Apply reads no record's Value (the caller may release them), and
+	// runs to its end whatever becomes of ctx.
+	Staged func()
 }
 
 // BatchStats describes an applied batch and where its time went.
@@ -93,9 +97,23 @@ func (st *BatchStats) Add(b BatchStats) {
 // the positions and the batch. The lake files reach their final names
 // only after the commit. A batch that fails leaves the warehouse as it
 // was; applying it again is a no-op for what it already holds.
+//
+// Cancelling ctx (or its deadline) stops a batch only while its records
+// are being staged: after that they may be gone (Batch.Staged), so the
+// batch runs to its end, its work bounded by its size (batch_events,
+// batch_bytes) and its transaction by txTimeout.
 func (w *Warehouse) Apply(ctx context.Context, b Batch) (BatchStats, error) {
 	var st BatchStats
 	since := laps()
+	stage.Enter(stage.Staging)
+	if err := w.stage(ctx, b.Records); err != nil {
+		return st, fmt.Errorf("batch: %w", err)
+	}
+	st.Stage = since()
+	if b.Staged != nil {
+		b.Staged()
+	}
+	ctx = context.WithoutCancel(ctx)
 	order, rows, err := w.decodeBatch(ctx, b.Records, &st, since)
 	if err != nil {
 		return st, fmt.Errorf("batch: %w", err)
@@ -164,17 +182,12 @@ func (w *Warehouse) removeStaging(ctx context.Context, files []lake.File) {
 	}
 }
 
-// decodeBatch stages the records and decodes each table's into its rows
-// table, with the dead letters set aside, and returns the tables in order.
-// It fills scratch tables alone, so it runs before the batch's
-// transaction: the staged envelopes, as large as the batch, are freed once
-// decoded instead of at the commit.
+// decodeBatch decodes each table's staged records into its rows table,
+// with the dead letters set aside, and returns the tables in order. It
+// fills scratch tables alone, so it runs before the batch's transaction:
+// the staged envelopes, as large as the batch, are freed once decoded
+// instead of at the commit.
 func (w *Warehouse) decodeBatch(ctx context.Context, recs []Record, st *BatchStats, since func() time.Duration) ([]*table, map[*table]rowsInfo, error) {
-	stage.Enter(stage.Staging)
-	if err := w.stage(ctx, recs); err != nil {
-		return nil, nil, err
-	}
-	st.Stage = since()
 	stage.Enter(stage.Parse)
 	touched := map[*table]bool{}
 	for _, r := range recs {

@@ -28,6 +28,9 @@ func TestDeadLetterFilesSurviveACrashAfterCommit(t *testing.T) {
 	f.offset++
 	var st BatchStats
 	since := laps()
+	if err := f.wh.stage(ctx, b.Records); err != nil {
+		t.Fatal(err)
+	}
 	order, rows, err := f.wh.decodeBatch(ctx, b.Records, &st, since)
 	if err != nil {
 		t.Fatal(err)

@@ -875,3 +875,38 @@ func TestPublishConsistentWaitsForTheTransactionsEnd(t *testing.T) {
 		t.Errorf("PublishConsistent: batch %d consistent %t, want batch 2, consistent", b, c)
 	}
 }
+
+// TestStagedRecordsMayGo: once Apply has staged a batch's records it
+// reads their values no more, dead letters' included, and a cancel stops
+// it no more: the consumer releases them there (their memory is most of
+// the Go heap's in a backlog) and could not apply the batch again.
+func TestStagedRecordsMayGo(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	recs := []Record{f.rec(change.OpCreate, 100, 1, "1", "a", ""), f.rec(change.OpCreate, 100, 2, "2", "b", "")}
+	for _, v := range []string{"not json", "\xff\xfe"} {
+		recs = append(recs, Record{Topic: topic, Offset: f.offset, Value: []byte(v)})
+		f.offset++
+	}
+	b := batch(recs...)
+	b.Staged = func() {
+		for i := range b.Records {
+			b.Records[i].Value = nil
+		}
+		cancel()
+	}
+	if _, err := f.wh.Apply(ctx, b); err != nil {
+		t.Fatalf("a batch cancelled once staged: %v", err)
+	}
+	expect(t, f.silver(), `
+1 a ∅ @100/1
+2 b ∅ @100/2`)
+	if n := f.lakeEvents(); n != 2 {
+		t.Fatalf("lake has %d events, want 2", n)
+	}
+	if got := f.count(`SELECT count(*) FROM lakeflow.dlq WHERE payload IN ('not json'::BLOB, '\xff\xfe'::BLOB)`); got != 2 {
+		t.Fatalf("lakeflow.dlq holds %d of the two payloads", got)
+	}
+}
