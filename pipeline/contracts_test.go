@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/lakeflow/lakeflow/contracts"
 	"github.com/lakeflow/lakeflow/pipeline/demo"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )
 
@@ -170,4 +173,51 @@ func TestContractsInitWritesValidContracts(t *testing.T) {
 	}
 	h.run(t, Options{})
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.typed", "public.gen")
+}
+
+// TestFailRuleStopsTheRunLosingNothing: a change that breaks a rule whose
+// action is fail stops the run with an error naming the row and the
+// rule, once its batch's records are staged (and released): nothing of
+// that batch is applied, and nothing after it. With the rule relaxed,
+// the next run reads the batch from Kafka again and silver is the source.
+func TestFailRuleStopsTheRunLosingNothing(t *testing.T) {
+	h := newHarness(t, qualified(demoTables)...)
+	useDemoContracts(t, h)
+	contract := filepath.Join(h.cfg.Contracts.Dir, "payments.toml")
+	original, err := os.ReadFile(contract)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing := strings.Replace(string(original), `check = "amount_cents > 0"`, "check = \"amount_cents > 0\"\naction = \"fail\"", 1)
+	if failing == string(original) {
+		t.Fatal("payments.amount_positive not found in the demo's contract")
+	}
+	if err := os.WriteFile(contract, []byte(failing), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := demo.Setup(context.Background(), h.dsn); err != nil {
+		t.Fatal(err)
+	}
+	pay := func(id, cents int) []string {
+		return []string{fmt.Sprintf(`INSERT INTO payments (id, order_id, amount_cents, method, status) VALUES (%d, 1, %d, 'card', 'captured')`, id, cents)}
+	}
+	err = runWatched(t, h.cfg, Options{Workload: func(ctx context.Context, dsn string) error {
+		return applySteps(ctx, dsn, [][]string{pay(9101, 100), pay(9102, -5), pay(9103, 300)})
+	}}, h.log)
+	if !errors.Is(err, fault.ErrCheckFailed) || !strings.Contains(err.Error(), `public.payments row {"id":9102}`) || !strings.Contains(err.Error(), "payments.amount_positive") {
+		t.Fatalf("want the failed rule and row named, got %v", err)
+	}
+	db := openDuck(t, h.cfg.Warehouse.Live)
+	var applied int
+	queryRow(t, db, `SELECT count(*) FROM silver.payments WHERE id IN (9102, 9103)`, &applied)
+	db.Close()
+	if applied != 0 {
+		t.Fatalf("silver holds %d of the failed change and the one after it", applied)
+	}
+	if err := os.WriteFile(contract, original, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, h.dsn, `DELETE FROM payments WHERE id = 9102`)
+	h.run(t, Options{})
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, demoTables...)
 }
