@@ -153,7 +153,7 @@ func runCommand() *cli.Command {
 		Name:  "run",
 		Usage: "snapshot if needed, then move the WAL up to its current end through Kafka into lake and warehouse",
 		Flags: append(commonFlags(),
-			&cli.BoolFlag{Name: "follow", Usage: "keep running; Ctrl-C finishes the in-flight batch and exits"},
+			&cli.BoolFlag{Name: "follow", Usage: "keep running; Ctrl-C finishes the in-flight batch and exits, a second Ctrl-C at once"},
 			&cli.BoolFlag{Name: "demo", Usage: "create the demo schema in the source and drive an e-commerce workload while ingesting"},
 			&cli.IntFlag{Name: "demo-events", Value: 20000, Usage: "number of row changes the demo workload makes"},
 			&cli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus metrics at this address (/metrics; :9464 binds loopback)"},
@@ -170,6 +170,7 @@ func runCommand() *cli.Command {
 			}
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			defer onInterrupt(ctx, c.Context, stop, log)()
 			opts := pipeline.Options{Follow: c.Bool("follow"), MetricsAddr: c.String("metrics-addr")}
 			if isTerminal(os.Stderr) {
 				opts.Progress = os.Stderr

@@ -18,8 +18,8 @@ import (
 )
 
 // TestInterruptFinishesTheBatchAndExitsZero sends SIGINT to `lakeflow run
-// --follow` while changes flow: it must exit 0, and a later run must find
-// everything consistent.
+// --follow` while changes flow: it must say so, exit 0, and a later run
+// must find everything consistent.
 func TestInterruptFinishesTheBatchAndExitsZero(t *testing.T) {
 	lakeflowBinary(t)
 	h := newHarness(t, qualified(demoTables)...)
@@ -46,6 +46,9 @@ func TestInterruptFinishesTheBatchAndExitsZero(t *testing.T) {
 	}
 	if !strings.Contains(h.logs.String(), `msg=stopped`) {
 		t.Fatal("no clean stop logged")
+	}
+	if !strings.Contains(h.logs.String(), "interrupt again to stop at once") {
+		t.Fatal("the interrupt did not say what the run does now")
 	}
 	// Stopped, the published warehouse is all of it, and says how the
 	// run went.
