@@ -56,3 +56,23 @@ func TestDeadLetterFilesSurviveACrashAfterCommit(t *testing.T) {
 		t.Fatalf("the dead letter's lake file: %v", files)
 	}
 }
+
+// TestRecordOfATopicWithoutASchema: a record of a topic no table schema
+// names is a dead letter that keeps its topic, position and payload; the
+// batch's other records are applied.
+func TestRecordOfATopicWithoutASchema(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	const stray = "lf.public.stray"
+	b := batch(f.rec(change.OpCreate, 100, 1, "1", "a", ""), Record{Topic: stray, Partition: 2, Offset: 7, Value: []byte(`{"op":"c"}`)})
+	b.Positions[stray] = TopicPosition{ID: "x", Next: map[int32]int64{2: 8}}
+	if _, err := f.wh.Apply(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, f.silver(), `
+1 a ∅ @100/1`)
+	if got := f.count(`SELECT count(*) FROM lakeflow.dlq WHERE topic = ? AND topic_id = 'x' AND "partition" = 2 AND "offset" = 7
+		AND failure_stage = 'schema' AND payload = '{"op":"c"}'::BLOB`, stray); got != 1 {
+		t.Fatalf("lakeflow.dlq holds %d dead letters of %s at 2/7, want 1", got, stray)
+	}
+}
