@@ -10,10 +10,12 @@ import (
 // signals back their default, so that a second one ends the process at
 // once. That is as safe as kill -9: the next run goes on from the last
 // commit. stop is the signal.NotifyContext's; the returned function ends
-// the watch and must run before stop does.
+// the watch (once its message, if any, is out) and must run before stop
+// does.
 func onInterrupt(ctx, parent context.Context, stop func(), log *slog.Logger) func() {
-	done := make(chan struct{})
+	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(finished)
 		select {
 		case <-done:
 			return
@@ -28,7 +30,10 @@ func onInterrupt(ctx, parent context.Context, stop func(), log *slog.Logger) fun
 			return
 		}
 		stop()
-		log.Info("interrupted: finishing the batch in progress; interrupt again to stop at once (nothing is lost: the next run goes on from the last commit)")
+		log.Info("interrupted: stopping once the work in progress is committed; interrupt again to stop at once (nothing is lost: the next run goes on from the last commit)")
 	}()
-	return func() { close(done) }
+	return func() {
+		close(done)
+		<-finished
+	}
 }

@@ -3,8 +3,10 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -201,4 +203,47 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 	}
 	defer cl.Stop()
 	assertSilverEqualsSource(t, cl.DSN(cfg.Source.Embedded.Database), cfg.Warehouse.Path, demoTables...)
+}
+
+// TestSecondInterruptStopsAtOnce: a second SIGINT, sent as soon as the
+// first is taken while changes flow, ends the process by the signal
+// wherever its stop had got to (the batch in flight, the run's record,
+// the last copy, closing the broker), and the next run still makes
+// silver the source, with each change once in the lake.
+func TestSecondInterruptStopsAtOnce(t *testing.T) {
+	lakeflowBinary(t)
+	h := newHarness(t, qualified(demoTables)...)
+	ctx := context.Background()
+	if err := demo.Setup(ctx, h.dsn); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, h, "run", "--follow")
+	p.waitBatches(t, 1)
+	workload := make(chan error, 1)
+	go func() {
+		_, err := (demo.Workload{Events: 6000, Seed: 6, Rate: 2000}).Run(ctx, h.dsn)
+		workload <- err
+	}()
+	p.waitBatches(t, 2)
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(h.logs.String(), "interrupt again to stop at once"); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first SIGINT was not taken within a minute")
+		}
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatalf("second SIGINT: %v (lakeflow had stopped already)", err)
+	}
+	var exit *exec.ExitError
+	if err := p.wait(t); !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGINT {
+		t.Fatalf("lakeflow run --follow after a second SIGINT: %v, want killed by SIGINT", err)
+	}
+	if err := <-workload; err != nil {
+		t.Fatal(err)
+	}
+	h.run(t, Options{})
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, demoTables...)
+	assertLakeExactlyOnce(t, h.cfg, demoTables...)
 }

@@ -64,8 +64,8 @@ func TestRecordOfATopicWithoutASchema(t *testing.T) {
 	f := newFixture(t)
 	defer f.close()
 	const stray = "lf.public.stray"
-	b := batch(f.rec(change.OpCreate, 100, 1, "1", "a", ""), Record{Topic: stray, Partition: 2, Offset: 7, Value: []byte(`{"op":"c"}`)})
-	b.Positions[stray] = TopicPosition{ID: "x", Next: map[int32]int64{2: 8}}
+	b := Batch{Records: []Record{f.rec(change.OpCreate, 100, 1, "1", "a", ""), {Topic: stray, Partition: 2, Offset: 7, Value: []byte(`{"op":"c"}`)}},
+		Positions: map[string]TopicPosition{topic: {ID: "t", Next: map[int32]int64{0: f.offset}}, stray: {ID: "x", Next: map[int32]int64{2: 8}}}}
 	if _, err := f.wh.Apply(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
