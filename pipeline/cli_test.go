@@ -19,18 +19,26 @@ import (
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )
 
-// TestInterruptFinishesTheBatchAndExitsZero sends SIGINT to `lakeflow run
-// --follow` while changes flow: it must say so, exit 0, and a later run
-// must find everything consistent.
-func TestInterruptFinishesTheBatchAndExitsZero(t *testing.T) {
+// following starts `lakeflow run --follow` on the demo's schema and
+// returns once it has committed its first batch.
+func following(t *testing.T) (*harness, *process) {
+	t.Helper()
 	lakeflowBinary(t)
 	h := newHarness(t, qualified(demoTables)...)
-	ctx := context.Background()
-	if err := demo.Setup(ctx, h.dsn); err != nil {
+	if err := demo.Setup(context.Background(), h.dsn); err != nil {
 		t.Fatal(err)
 	}
 	p := start(t, h, "run", "--follow")
 	p.waitBatches(t, 1)
+	return h, p
+}
+
+// TestInterruptFinishesTheBatchAndExitsZero sends SIGINT to `lakeflow run
+// --follow` while changes flow: it must say so, exit 0, and a later run
+// must find everything consistent.
+func TestInterruptFinishesTheBatchAndExitsZero(t *testing.T) {
+	ctx := context.Background()
+	h, p := following(t)
 	if _, err := (demo.Workload{Events: 3000, Seed: 5}).Run(ctx, h.dsn); err != nil {
 		t.Fatal(err)
 	}
@@ -211,14 +219,8 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 // the last copy, closing the broker), and the next run still makes
 // silver the source, with each change once in the lake.
 func TestSecondInterruptStopsAtOnce(t *testing.T) {
-	lakeflowBinary(t)
-	h := newHarness(t, qualified(demoTables)...)
 	ctx := context.Background()
-	if err := demo.Setup(ctx, h.dsn); err != nil {
-		t.Fatal(err)
-	}
-	p := start(t, h, "run", "--follow")
-	p.waitBatches(t, 1)
+	h, p := following(t)
 	workload := make(chan error, 1)
 	go func() {
 		_, err := (demo.Workload{Events: 6000, Seed: 6, Rate: 2000}).Run(ctx, h.dsn)
