@@ -170,7 +170,7 @@ func runCommand() *cli.Command {
 			}
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			defer onInterrupt(ctx, c.Context, stop, log)()
+			defer onInterrupt(ctx, stop, log)()
 			opts := pipeline.Options{Follow: c.Bool("follow"), MetricsAddr: c.String("metrics-addr")}
 			if isTerminal(os.Stderr) {
 				opts.Progress = os.Stderr
