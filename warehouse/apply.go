@@ -353,8 +353,8 @@ func (w *Warehouse) applyRows(ctx context.Context, order []*table, rows map[*tab
 // alone and how many truncates are left.
 func (w *Warehouse) decode(ctx context.Context, t *table) (rowsInfo, error) {
 	var info rowsInfo
-	if _, err := w.conn.ExecContext(ctx, t.parse); err != nil {
-		return info, fmt.Errorf("decode %s events: %w", t.schema.ID(), err)
+	if err := w.decodeRows(ctx, t); err != nil {
+		return info, err
 	}
 	rows := rowsTable(t.id)
 	var dead, ko, stale int
@@ -395,6 +395,30 @@ func (w *Warehouse) decode(ctx context.Context, t *table) (rowsInfo, error) {
 	return info, nil
 }
 
+// decodeRows makes the rows table of a table's staged envelopes: parseSQL
+// decodes those its flat decoder refused, into which the flat table is
+// packed.
+func (w *Warehouse) decodeRows(ctx context.Context, t *table) error {
+	n := w.staged[t]
+	var stmts []string
+	if n.sql > 0 {
+		stmts = append(stmts, t.parse)
+	}
+	if n.flat > 0 {
+		pack := t.flat.create
+		if n.sql > 0 {
+			pack = t.flat.insert
+		}
+		stmts = append(stmts, pack, "DROP TABLE "+flatTable(t.id))
+	}
+	for _, stmt := range stmts {
+		if _, err := w.conn.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("decode %s events: %w", t.schema.ID(), err)
+		}
+	}
+	return nil
+}
+
 // recordBatch adds the batch to lakeflow.batches.
 func (w *Warehouse) recordBatch(ctx context.Context, b Batch) error {
 	lsn, end, commit := "NULL", "NULL", "NULL"
@@ -409,38 +433,100 @@ func (w *Warehouse) recordBatch(ctx context.Context, b Batch) error {
 	return err
 }
 
-// stage appends the raw envelopes to the TEMP staging table with the
-// Appender (row-by-row INSERT is two orders of magnitude slower). A record
-// of a topic without a schema gets table -1 and keeps its topic (no other
-// record does: a string a row costs the appender a sixth of its time),
-// one that is not UTF-8 text keeps its bytes in raw; both become dead
-// letters.
+// staged counts a table's envelopes of a batch: those its flat decoder
+// read, and those parseSQL decodes.
+type staged struct{ flat, sql int }
+
+// stage appends the envelopes of the batch with the Appender (row-by-row
+// INSERT is two orders of magnitude slower): those a table's flat
+// decoder reads to its flat table, the rest raw to the TEMP staging
+// table. There, a record of a topic without a schema gets table -1 and
+// keeps its topic (no other record does: a string a row costs the
+// appender a sixth of its time), one that is not UTF-8 text keeps its
+// bytes in raw; both become dead letters.
 func (w *Warehouse) stage(ctx context.Context, recs []Record) error {
 	if err := w.resetScratch(ctx, "lakeflow_stage", "lakeflow_dead"); err != nil {
 		return err
+	}
+	w.staged = map[*table]staged{}
+	var flat []*table
+	for _, r := range recs {
+		if t := w.byTopic[r.Topic]; t != nil && t.flat != nil && !slices.Contains(flat, t) {
+			flat = append(flat, t)
+		}
+	}
+	for _, t := range flat {
+		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s (%s)", flatTable(t.id), t.flat.ddl())); err != nil {
+			return err
+		}
 	}
 	if len(recs) == 0 {
 		return nil
 	}
 	return w.conn.Raw(func(dc any) error {
-		a, err := duckdb.NewAppender(dc.(driver.Conn), "temp", "main", "lakeflow_stage")
+		appenders := map[*table]*duckdb.Appender{}
+		appender := func(t *table) (*duckdb.Appender, error) {
+			a := appenders[t]
+			if a != nil {
+				return a, nil
+			}
+			name := "lakeflow_stage"
+			if t != nil {
+				name = flatTable(t.id)
+			}
+			a, err := duckdb.NewAppender(dc.(driver.Conn), "temp", "main", name)
+			appenders[t] = a
+			return a, err
+		}
+		err := w.appendRecords(recs, appender)
+		for _, a := range appenders {
+			if a != nil {
+				err = errors.Join(err, a.Close())
+			}
+		}
+		return err
+	})
+}
+
+// appendRecords appends each record to its flat table if its table's flat
+// decoder reads it, else to the staging table (appender(nil)).
+func (w *Warehouse) appendRecords(recs []Record, appender func(*table) (*duckdb.Appender, error)) error {
+	for _, r := range recs {
+		t := w.byTopic[r.Topic]
+		valid := utf8.Valid(r.Value)
+		n := w.staged[t]
+		if t != nil && t.flat != nil && valid && t.flat.decode(r.Value) {
+			row := t.flat.row
+			meta := row[len(row)-flatFields:]
+			meta[flatPartition], meta[flatOffset] = r.Partition, r.Offset
+			a, err := appender(t)
+			if err == nil {
+				err = a.AppendRow(row...)
+			}
+			if err != nil {
+				return err
+			}
+			n.flat++
+			w.staged[t] = n
+			continue
+		}
+		var id, topic any = int32(-1), r.Topic
+		if t != nil {
+			id, topic = int32(t.id), nil
+			n.sql++
+			w.staged[t] = n
+		}
+		var v, raw any = r.Value, nil
+		if !valid {
+			v, raw = nil, r.Value
+		}
+		a, err := appender(nil)
+		if err == nil {
+			err = a.AppendRow(id, topic, r.Partition, r.Offset, v, raw)
+		}
 		if err != nil {
 			return err
 		}
-		for _, r := range recs {
-			var id, topic any = int32(-1), r.Topic
-			if t := w.byTopic[r.Topic]; t != nil {
-				id, topic = int32(t.id), nil
-			}
-			var v, raw any = r.Value, nil
-			if !utf8.Valid(r.Value) {
-				v, raw = nil, r.Value
-			}
-			if err := a.AppendRow(id, topic, r.Partition, r.Offset, v, raw); err != nil {
-				a.Close()
-				return err
-			}
-		}
-		return a.Close()
-	})
+	}
+	return nil
 }

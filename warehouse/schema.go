@@ -405,7 +405,7 @@ func (w *Warehouse) register(topic string, t *change.Table) *table {
 		id = prev.id
 	}
 	rules := w.rulesFor(t)
-	tb := &table{id: id, topic: topic, schema: t, parse: parseSQL(id, topic, t), rules: rules, history: w.keepsHistory(t)}
+	tb := &table{id: id, topic: topic, schema: t, parse: parseSQL(id, topic, t), flat: newFlatDecoder(id, topic, t), rules: rules, history: w.keepsHistory(t)}
 	w.tables[t.ID()] = tb
 	w.byTopic[topic] = tb
 	return tb

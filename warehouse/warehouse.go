@@ -66,6 +66,9 @@ type Warehouse struct {
 	view     *View
 	listing  map[string][]lake.Part
 	complete change.LSN
+	// staged counts the batch's envelopes of each table by who decodes
+	// them.
+	staged map[*table]staged
 	// beforeCommit, if set, runs just before a batch commits (tests).
 	beforeCommit func()
 }
@@ -76,6 +79,8 @@ type table struct {
 	topic  string
 	schema *change.Table
 	parse  string
+	// flat, if set, decodes the envelopes it can in Go (flatDecoder).
+	flat *flatDecoder
 	// rules are the contract's rules for the table.
 	rules []rule
 	// history says the contract asks for SCD2 history.

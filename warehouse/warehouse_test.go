@@ -32,13 +32,13 @@ var acct = &change.Table{Schema: "public", Name: "acct", Columns: []change.Colum
 
 // fixture builds envelopes the way the producer does.
 type fixture struct {
-	t      *testing.T
+	t      testing.TB
 	dir    string
 	wh     *Warehouse
 	offset int64
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	f := &fixture{t: t, dir: t.TempDir()}
 	f.open()
 	return f

@@ -51,17 +51,17 @@ func (env *Envelope) AppendValue(dst []byte, ev *Event, tsMillis int64) ([]byte,
 		return nil, err
 	}
 	dst = append(dst, `,"source":{"version":"lakeflow","connector":"postgresql","name":`...)
-	dst = appendString(dst, env.Name)
+	dst = AppendString(dst, env.Name)
 	dst = append(dst, `,"ts_ms":`...)
 	dst = strconv.AppendInt(dst, floorDiv(ev.Commit, 1000), 10)
 	dst = append(dst, `,"snapshot":"`...)
 	dst = append(dst, ev.Snapshot...)
 	dst = append(dst, `","db":`...)
-	dst = appendString(dst, env.Database)
+	dst = AppendString(dst, env.Database)
 	dst = append(dst, `,"schema":`...)
-	dst = appendString(dst, ev.Table.Schema)
+	dst = AppendString(dst, ev.Table.Schema)
 	dst = append(dst, `,"table":`...)
-	dst = appendString(dst, ev.Table.Name)
+	dst = AppendString(dst, ev.Table.Name)
 	dst = append(dst, `,"txId":`...)
 	if ev.TxID == 0 {
 		dst = append(dst, "null"...)
@@ -108,7 +108,7 @@ func appendImage(dst []byte, t *Table, img []Datum) ([]byte, error) {
 }
 
 func appendField(dst []byte, c Column, d Datum) ([]byte, error) {
-	dst = appendString(dst, c.Name)
+	dst = AppendString(dst, c.Name)
 	dst = append(dst, ':')
 	if d.Null {
 		return append(dst, "null"...), nil

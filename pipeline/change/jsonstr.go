@@ -4,7 +4,9 @@ import "unicode/utf8"
 
 const hexDigits = "0123456789abcdef"
 
-func appendString(dst []byte, s string) []byte { return appendJSONString(dst, s) }
+// AppendString appends s as a JSON string, escaped as every string of an
+// envelope is.
+func AppendString(dst []byte, s string) []byte { return appendJSONString(dst, s) }
 
 // appendBytesString appends b as a JSON string. PostgreSQL text in a UTF8
 // database is valid UTF-8; anything else has its bad bytes replaced rather

@@ -402,6 +402,35 @@ func AppendMicrosISO(dst []byte, us int64) []byte {
 	return append(dst, 'Z')
 }
 
+// ParseMicrosISO reads what AppendMicrosISO writes for years 1 to 9999
+// (every timestamp DuckDB and PostgreSQL agree on), a fraction of one to
+// six digits, back into microseconds; it reports false for anything else.
+func ParseMicrosISO(s []byte) (int64, bool) {
+	if len(s) < 20 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' || s[len(s)-1] != 'Z' {
+		return 0, false
+	}
+	c, ok1 := two(s)
+	y, ok2 := two(s[2:])
+	m, ok3 := two(s[5:])
+	d, ok4 := two(s[8:])
+	y += c * 100
+	if !ok1 || !ok2 || !ok3 || !ok4 || y < 1 || m < 1 || m > 12 || d < 1 || d > 31 {
+		return 0, false
+	}
+	days := daysFromCivil(y, m, d)
+	if _, _, dd := civilFromDays(days); dd != d { // 31 April, 29 February 2023
+		return 0, false
+	}
+	h, _ := two(s[11:])
+	mi, _ := two(s[14:])
+	sec, _ := two(s[17:])
+	us, ok := parseClock(s[11 : len(s)-1])
+	if !ok || h > 23 || mi > 59 || sec > 59 {
+		return 0, false
+	}
+	return days*microsPerDay + us, true
+}
+
 func appendPadded(dst []byte, v int64, width int) []byte {
 	var buf [20]byte
 	b := strconv.AppendInt(buf[:0], v, 10)

@@ -121,3 +121,41 @@ func FuzzAppendValue(f *testing.F) {
 		}
 	})
 }
+
+func TestParseMicrosISOInvertsAppend(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	lo, hi := daysFromCivil(1, 1, 1)*microsPerDay, daysFromCivil(10000, 1, 1)*microsPerDay
+	for i := 0; i < 100000; i++ {
+		us := lo + rng.Int64N(hi-lo)
+		if i%3 == 0 {
+			us -= us % 1000000 // no fraction
+		}
+		if got, ok := ParseMicrosISO(AppendMicrosISO(nil, us)); !ok || got != us {
+			t.Fatalf("ParseMicrosISO(%s) = %d, %t; want %d", AppendMicrosISO(nil, us), got, ok, us)
+		}
+	}
+	for _, s := range []string{"0000-12-31T23:59:59Z", "10000-01-01T00:00:00Z", "2023-02-29T00:00:00Z", "2024-04-31T00:00:00Z",
+		"2024-01-01T24:00:00Z", "2024-01-01T23:60:00Z", "2024-01-01T23:59:60Z", "2024-01-01T00:00:00.Z",
+		"2024-01-01T00:00:00.1234567Z", "2024-01-01 00:00:00Z", "2024-01-01T00:00:00", "2024-01-01T00:00:00+00:00"} {
+		if us, ok := ParseMicrosISO([]byte(s)); ok {
+			t.Errorf("ParseMicrosISO(%s) = %d, want refused", s, us)
+		}
+	}
+}
+
+// FuzzParseMicrosISO: what ParseMicrosISO accepts is the instant Go's
+// time package reads from the same text.
+func FuzzParseMicrosISO(f *testing.F) {
+	f.Add([]byte("2024-02-29T23:59:59.123456Z"))
+	f.Add([]byte("0001-01-01T00:00:00Z"))
+	f.Fuzz(func(t *testing.T, s []byte) {
+		us, ok := ParseMicrosISO(s)
+		if !ok {
+			return
+		}
+		tm, err := time.Parse("2006-01-02T15:04:05.999999Z", string(s))
+		if err != nil || tm.UnixMicro() != us {
+			t.Fatalf("ParseMicrosISO(%q) = %d; time.Parse: %v, %v", s, us, tm.UnixMicro(), err)
+		}
+	})
+}
