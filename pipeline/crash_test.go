@@ -140,19 +140,35 @@ func TestKillNineAndReplay(t *testing.T) {
 func TestKillDuringSnapshot(t *testing.T) {
 	lakeflowBinary(t)
 	h := newHarness(t, qualified(demoTables)...)
-	if err := demo.Setup(context.Background(), h.dsn); err != nil {
+	ctx := context.Background()
+	if err := demo.Setup(ctx, h.dsn); err != nil {
 		t.Fatal(err)
 	}
 	pgtest.Exec(t, h.dsn, `INSERT INTO orders (id, customer_id, status, total_cents, currency)
-		SELECT g, 1 + g % 200, 'paid', g * 10, 'EUR' FROM generate_series(1000, 300000) g`)
-	// Small batches: the first commits while the snapshot is still
-	// being copied.
+		SELECT g, 1 + g % 200, 'paid', g * 10, 'EUR' FROM generate_series(1000, 100000) g`)
+	// The snapshot copies payments last: a lock on it, taken once the
+	// snapshot has begun (taken before, it would hold up the slot's
+	// creation) and while orders are copied, holds the snapshot there
+	// until the kill. Small batches: several commit meanwhile.
 	t.Setenv("LAKEFLOW_PIPELINE_BATCH_BYTES", "1MiB")
 	p := start(t, h, "run", "--follow")
+	for !strings.Contains(h.logs.String(), "initial snapshot started") {
+		time.Sleep(2 * time.Millisecond)
+	}
+	tx, err := pgtest.Connect(t, h.dsn).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE payments IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
 	p.waitBatches(t, 1)
 	p.kill(t)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if strings.Contains(h.logs.String(), "initial snapshot done") {
-		t.Fatal("the snapshot finished before the kill; the test needs a larger table")
+		t.Fatal("the snapshot finished before the kill")
 	}
 	pgtest.Exec(t, h.dsn, "DELETE FROM orders WHERE id % 7 = 0")
 	p = start(t, h, "run")
