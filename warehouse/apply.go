@@ -449,13 +449,13 @@ func (w *Warehouse) stage(ctx context.Context, recs []Record) error {
 		return err
 	}
 	w.staged = map[*table]staged{}
-	var flat []*table
+	flat := map[*table]bool{}
 	for _, r := range recs {
-		if t := w.byTopic[r.Topic]; t != nil && t.flat != nil && !slices.Contains(flat, t) {
-			flat = append(flat, t)
+		if t := w.byTopic[r.Topic]; t != nil && t.flat != nil {
+			flat[t] = true
 		}
 	}
-	for _, t := range flat {
+	for t := range flat {
 		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s (%s)", flatTable(t.id), t.flat.ddl())); err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package warehouse
 
 import (
+	"bytes"
 	"database/sql/driver"
 	"encoding/base64"
 	"fmt"
@@ -92,6 +93,38 @@ func carrierOf(t change.Type) (carrier, bool) {
 			}
 			return change.ParseMicrosISO(text)
 		}, func(x string) string { return "make_timestamptz(" + x + ")" }}, true
+	case change.KindNumeric, change.KindMoney:
+		if t.Kind == change.KindNumeric && t.Precision == 0 {
+			break // text
+		}
+		duck := t.DuckDB()
+		p, sc := t.Precision, t.Scale
+		if t.Kind == change.KindMoney {
+			p, sc = 19, 2
+		}
+		return carrier{"VARCHAR", func(s *envScan) (driver.Value, bool) {
+			text, _, ok := s.str()
+			return string(text), ok && decimalFits(text, p, sc)
+		}, func(x string) string { return "CAST(" + x + " AS " + duck + ")" }}, true
+	case change.KindDate:
+		return carrier{"INTEGER", func(s *envScan) (driver.Value, bool) {
+			v, ok := s.integer(minDay, maxDay)
+			return int32(v), ok
+		}, func(x string) string { return "CAST(DATE '1970-01-01' + " + x + " AS DATE)" }}, true
+	case change.KindTimestamp:
+		return carrier{"BIGINT", func(s *envScan) (driver.Value, bool) {
+			return s.integer(minDay*microsPerDay, (maxDay+1)*microsPerDay-1)
+		}, func(x string) string { return "make_timestamp(" + x + ")" }}, true
+	case change.KindTime:
+		// 24:00:00, which PostgreSQL allows, is parseSQL's.
+		return carrier{"BIGINT", func(s *envScan) (driver.Value, bool) {
+			return s.integer(0, microsPerDay-1)
+		}, func(x string) string { return "TIME '00:00:00' + to_microseconds(" + x + ")" }}, true
+	case change.KindUUID:
+		return carrier{"VARCHAR", func(s *envScan) (driver.Value, bool) {
+			text, _, ok := s.str()
+			return string(text), ok && isUUID(text)
+		}, func(x string) string { return "CAST(" + x + " AS UUID)" }}, true
 	case change.KindBytea:
 		return carrier{"BLOB", func(s *envScan) (driver.Value, bool) {
 			text, esc, ok := s.str()
@@ -113,6 +146,65 @@ func carrierOf(t change.Type) (carrier, bool) {
 		}, same}, true
 	}
 	return carrier{}, false
+}
+
+// The days and microseconds of years 1 to 9999, which DuckDB and
+// PostgreSQL both hold; dates and timestamps outside them (and their
+// infinities) are parseSQL's.
+const (
+	minDay       = -719162 // 0001-01-01
+	maxDay       = 2932896 // 9999-12-31
+	microsPerDay = 86400 * 1000000
+)
+
+// decimalFits reports whether text is a plain decimal number, -?digits
+// with an optional fraction, of at most p digits of which at most s
+// after the point: one DECIMAL(p, s) holds without rounding.
+func decimalFits(text []byte, p, s int) bool {
+	if len(text) > 0 && text[0] == '-' {
+		text = text[1:]
+	}
+	whole, frac, dot := bytes.Cut(text, []byte("."))
+	if len(whole) == 0 || (dot && len(frac) == 0) || !allDigits(whole) || !allDigits(frac) || len(frac) > s {
+		return false
+	}
+	if len(whole) > 1 && whole[0] == '0' {
+		return false
+	}
+	if string(whole) == "0" {
+		whole = nil
+	}
+	return len(whole) <= p-s
+}
+
+func allDigits(b []byte) bool {
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// isUUID reports whether text is a UUID as PostgreSQL prints it: 8-4-4-4-12
+// lower-case hexadecimal digits.
+func isUUID(text []byte) bool {
+	if len(text) != 36 {
+		return false
+	}
+	for i, c := range text {
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // newFlatDecoder returns the flat decoder of table id, or nil if a column

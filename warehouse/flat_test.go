@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,20 +28,33 @@ var typed = &change.Table{Schema: "public", Name: "typed", Columns: []change.Col
 	{Name: "num", Type: change.Type{Kind: change.KindNumeric, Name: "numeric"}},
 	{Name: "at", Type: change.Type{Kind: change.KindTimestampTZ, Name: "timestamp with time zone"}},
 	{Name: "raw", Type: change.Type{Kind: change.KindBytea, Name: "bytea"}},
+	{Name: "price", Type: change.Type{Kind: change.KindNumeric, Name: "numeric(12,2)", Precision: 12, Scale: 2}},
+	{Name: "cash", Type: change.Type{Kind: change.KindMoney, Name: "money"}},
+	{Name: "day", Type: change.Type{Kind: change.KindDate, Name: "date"}},
+	{Name: "stamp", Type: change.Type{Kind: change.KindTimestamp, Name: "timestamp without time zone"}},
+	{Name: "clock", Type: change.Type{Kind: change.KindTime, Name: "time without time zone"}},
+	{Name: "uid", Type: change.Type{Kind: change.KindUUID, Name: "uuid"}},
 }}
 
-// typedValues are PostgreSQL texts per column of typed, edges first.
+// typedValues are PostgreSQL texts per column of typed: three that any
+// row may hold, then edges that a row holds now and then.
 var typedValues = [][]string{
 	{"0", "1", "-9223372036854775808", "9223372036854775807", "42"},
 	{"0", "-32768", "32767", "7"},
 	{"0", "-2147483648", "2147483647", "-1"},
-	{"t", "f"},
+	{"t", "f", "t"},
 	{"", "plain", `quote " and \ backslash`, "line\nbreak\ttab\rreturn", "\x01ctl\x1f\x7f", "ünïcødé 😀", "null", " padded "},
-	{"192.168.0.1/24", "::1"},
+	{"192.168.0.1/24", "::1", "10.0.0.0/8"},
 	{"NaN", "123.4500", "-0.1", "0.00001", "99999999999999999999999999999999999999999"},
 	{"2024-02-29 23:59:59.123456+00", "0001-01-01 00:00:00+00", "9999-12-31 23:59:59.999999+00", "infinity", "-infinity",
 		"1000-01-01 00:00:00+00 BC", "294276-12-31 23:59:59+00", "1970-01-01 00:00:00+00", "2024-01-01 12:00:00.5+00"},
 	{`\x`, `\x00ff10`, `\xdeadbeef`},
+	{"0.00", "-9999999999.99", "9999999999.99", "12.50", "NaN"},
+	{"$0.00", "-$92,233,720,368,547,758.08", "$92,233,720,368,547,758.07", "$1,234.50"},
+	{"2024-02-29", "0001-01-01", "9999-12-31", "1970-01-01", "infinity", "-infinity", "0044-03-15 BC", "5874897-12-31"},
+	{"2024-02-29 23:59:59.123456", "0001-01-01 00:00:00", "9999-12-31 23:59:59.999999", "infinity", "-infinity", "1000-01-01 00:00:00 BC", "1969-12-31 23:59:59.999999"},
+	{"00:00:00", "23:59:59.999999", "12:30:00.5", "24:00:00"},
+	{"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "00000000-0000-0000-0000-000000000000", "ffffffff-ffff-ffff-ffff-ffffffffffff"},
 }
 
 // typedEnvelopes are envelopes of typed as the producer writes them,
@@ -50,7 +65,10 @@ func typedEnvelopes(rng *rand.Rand, n int) [][]byte {
 	for i := range n {
 		row := make([]change.Datum, len(typed.Columns))
 		for c, vals := range typedValues {
-			v := vals[rng.IntN(len(vals))]
+			v := vals[rng.IntN(3)]
+			if rng.IntN(6) == 0 {
+				v = vals[rng.IntN(len(vals))]
+			}
 			if i < len(vals) {
 				v = vals[i]
 			}
@@ -82,28 +100,68 @@ func typedEnvelopes(rng *rand.Rand, n int) [][]byte {
 	return out
 }
 
-var keyValue = regexp.MustCompile(`"id":-?[0-9]+`)
+// respellings are values to put in place of a field's in a mutated
+// envelope (the field's first occurrence): other spellings of its value,
+// values out of its type's range, the wrong JSON type.
+var respellings = map[string][]string{
+	"id":               {"null", "-0", "9223372036854775808", "1.0", "01"},
+	"small":            {"1.0e0", "-0", "32768", "-32769", `"5"`, "01"},
+	"int":              {"2147483648", `"5"`, "1e3", "-2147483649"},
+	"flag":             {`"true"`, "1", "null", "True"},
+	`odd \"name\"`:     {`"pl\/ain"`, `"pl\u0061in"`, `"plain\u0000"`, "5", `"\ud83d\ude00"`, `"\u001f\u007f"`, `"a\bb"`},
+	"num":              {"1.5", `"1.5"`, "-0"},
+	"at":               {`"2024-02-30T00:00:00Z"`, `"2024-01-01T00:00:00+00:00"`, `"2024-01-01T00:00:00.1234567Z"`, `"2024-01-01 00:00:00Z"`, "1", `"1582-10-10T00:00:00Z"`},
+	"raw":              {`"AB="`, `"@@"`, `"AB=="`, `"QUJD"`, `""`, `"QUI"`},
+	"price":            {`"1.234"`, `"12345678901.5"`, `"-0"`, `"1e2"`, `"01.5"`, "1.5", `".5"`, `"5."`, `"+1"`, `" 1"`},
+	"cash":             {`"92233720368547758.08"`, `"-1.5"`, `"1,5"`},
+	"day":              {"2932897", "-719163", "-2147472692", `"1"`, "0", "-0"},
+	"stamp":            {"253402300800000000", "-62135596800000001", "9223372036825200000", "-0"},
+	"clock":            {"86400000000", "-1", "86399999999", "0"},
+	"uid":              {`"A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11"`, `"a0eebc999c0b4ef8bb6d6bb9bd380a11"`, `"{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}"`},
+	"op":               {`"x"`, "null", `"C"`},
+	"_cdc_seq":         {"-1", `"5"`, "18446744073709551616", "1.5"},
+	"_cdc_ord":         {"4294967296", "-0"},
+	"_commit_ts":       {`"x"`, `"2024-02-30T00:00:00Z"`, "null"},
+	"txId":             {"-1", `"1"`, "18446744073709551615"},
+	"lsn":              {`"1"`, "null", "0"},
+	"_before_key_only": {`"yes"`, "1", "null", "false"},
+	"before":           {"{}", "null", `{"id":1}`},
+	"after":            {"{}", "null"},
+}
+
+// field matches a field and its scalar value.
+func field(name string) *regexp.Regexp {
+	return regexp.MustCompile(`"` + regexp.QuoteMeta(name) + `":(null|true|false|-?[0-9.eE+]+|"(?:[^"\\]|\\.)*")`)
+}
 
 // mutate spoils or respells an envelope: some of its variants mean the
 // same to from_json, others are dead letters.
 func mutate(rng *rand.Rand, v []byte) []byte {
 	v = bytes.Clone(v)
-	swaps := [][2]string{
-		{`"_cdc_seq":`, `"_cdc_seq" :`}, {`"op":"`, `"op":"x`}, {`"small":`, `"small":1.0e0,"x":`}, {`"int":`, `"int":"5","y":`},
-		{`"int":`, `"int":2147483648,"y":`}, {`"small":`, `"small":-0,"x":`}, {`"id":`, `"id":null,"z":`},
-		{`"_cdc_ord":`, `"_cdc_ord":4294967296,"q":`}, {`"plain"`, `"pl\/ain"`}, {`"plain"`, `"pl\u0061in"`},
-		{`"plain"`, `"plain\u0000"`}, {`"flag":`, `"flag":"true","w":`}, {`"txId":`, `"txId":-1,"r":`},
-		{`"lsn":`, `"lsn":"1","r":`}, {`,"_commit_ts":"`, `,"_commit_ts":"x`}, {`"_cdc_ord":`, `"op":"c","_cdc_ord":`},
-		{`"at":"`, `"at":"2024-02-30T00:00:00Z","k":"`}, {`"raw":"`, `"raw":"AB=","k":"`}, {`"raw":"`, `"raw":"@@","k":"`},
-		{`"source":{`, `"source":{"extra":1,`}, {`}`, `} `}, {`Z"`, `+00:00"`}, {`"before":null`, `"before":{}`},
-		{`"_before_key_only":true`, `"_before_key_only":false`}, {`"transaction":null`, `"transaction":{"id":"1"}`},
-	}
-	switch k := rng.IntN(len(swaps) + 4); {
-	case k < len(swaps):
-		return bytes.Replace(v, []byte(swaps[k][0]), []byte(swaps[k][1]), 1)
-	case k == len(swaps)+3:
-		return keyValue.ReplaceAll(v, []byte(`"id":null`))
-	case k == len(swaps):
+	names := slices.Sorted(maps.Keys(respellings))
+	switch k := rng.IntN(10); {
+	case k < 7:
+		name := names[rng.IntN(len(names))]
+		vals := respellings[name]
+		re := field(name)
+		if name == "before" || name == "after" {
+			re = regexp.MustCompile(`"` + name + `":(null|\{[^{}]*\})`)
+		}
+		loc := re.FindIndex(v)
+		if loc == nil {
+			return v
+		}
+		return slices.Concat(v[:loc[0]], []byte(`"`+name+`":`+vals[rng.IntN(len(vals))]), v[loc[1]:])
+	case k == 7:
+		// A field twice, whitespace, an unknown field.
+		extra := []string{`,"op":"d"}`, `,"_cdc_seq":1}`, ` }`, `,"extra":1}`, `,"ts_ms":{}}`, `,"before":null}`, `,"after":null}`,
+			`,"_before_key_only":false}`, `,"_commit_ts":"2024-01-01T00:00:00Z"}`, `,"source":{}}`}
+		if rng.IntN(3) == 0 { // in source
+			extra = []string{`"lsn":1,`, `"txId":2,`, `"xmin":{},`, `"other":1,`}
+			return bytes.Replace(v, []byte(`"source":{`), []byte(`"source":{`+extra[rng.IntN(len(extra))]), 1)
+		}
+		return append(v[:len(v)-1], extra[rng.IntN(len(extra))]...)
+	case k == 8:
 		return v[:rng.IntN(len(v))]
 	default:
 		at := rng.IntN(len(v))
