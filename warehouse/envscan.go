@@ -34,6 +34,23 @@ func (s *envScan) peek() byte {
 	return 0
 }
 
+// member reads an object's next member up to its value: the opening
+// brace first (first), then a comma unless the object ends there (more
+// false). Keys with escapes are refused.
+func (s *envScan) member(first bool) (name []byte, more, ok bool) {
+	if first && !s.next('{') {
+		return nil, false, false
+	}
+	if s.next('}') {
+		return nil, false, true
+	}
+	if !first && !s.next(',') {
+		return nil, false, false
+	}
+	name, esc, ok := s.str()
+	return name, true, ok && !esc && s.next(':')
+}
+
 // str reads a string and returns its text between the quotes, still
 // escaped (esc) if it holds an escape. It accepts only the escapes
 // change.Envelope writes: \" \\ \n \r \t and \u00XX for the other

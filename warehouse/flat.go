@@ -278,17 +278,8 @@ func (d *flatDecoder) decode(v []byte) bool {
 		seen |= f
 		return !dup
 	}
-	if !s.next('{') {
-		return false
-	}
-	for first := true; !s.next('}'); first = false {
-		if !first && !s.next(',') {
-			return false
-		}
-		name, esc, ok := s.str()
-		if !ok || esc || !s.next(':') {
-			return false
-		}
+	name, more, ok := s.member(true)
+	for ; ok && more; name, more, ok = s.member(false) {
 		switch string(name) {
 		case "before":
 			if !mark(seenBefore) || !d.image(&s, row, 1, 3) {
@@ -346,7 +337,7 @@ func (d *flatDecoder) decode(v []byte) bool {
 			return false
 		}
 	}
-	if s.i != len(v) || seen&(seenOp|seenSeq|seenOrd|seenCommit) != seenOp|seenSeq|seenOrd|seenCommit {
+	if !ok || s.i != len(v) || seen&(seenOp|seenSeq|seenOrd|seenCommit) != seenOp|seenSeq|seenOrd|seenCommit {
 		return false
 	}
 	// parseSQL's dlq_reason, but for the unfit values read refused.
@@ -407,17 +398,8 @@ func (d *flatDecoder) image(s *envScan, row []driver.Value, has, first int) bool
 
 // source reads the source block: its lsn and txId, null or integers.
 func (d *flatDecoder) source(s *envScan, meta []driver.Value, seen *int) bool {
-	if !s.next('{') {
-		return false
-	}
-	for first := true; !s.next('}'); first = false {
-		if !first && !s.next(',') {
-			return false
-		}
-		name, esc, ok := s.str()
-		if !ok || esc || !s.next(':') {
-			return false
-		}
+	name, more, ok := s.member(true)
+	for ; ok && more; name, more, ok = s.member(false) {
 		switch string(name) {
 		case "txId", "lsn":
 			f, at := seenTx, flatTx
@@ -444,5 +426,5 @@ func (d *flatDecoder) source(s *envScan, meta []driver.Value, seen *int) bool {
 			return false
 		}
 	}
-	return true
+	return ok
 }
