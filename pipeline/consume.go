@@ -396,7 +396,11 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 		return err
 	}
 	batch := warehouse.Batch{Positions: map[string]warehouse.TopicPosition{}}
-	var rest []warehouse.Record // not c.pending[:0:0]: that keeps the records' array live
+	// The records left for the next batch, in an array with room for as
+	// many as were pending (not c.pending[:0:0]: that keeps the records'
+	// array live): grown a record at a time from their number, they were
+	// copied again and again while the consumer was behind.
+	rest := make([]warehouse.Record, 0, len(c.pending))
 	if m == nil {
 		batch.Records = c.pending
 	} else {
