@@ -96,7 +96,7 @@ func publishLive(ctx context.Context, cfg *config.Config, log *slog.Logger) erro
 	if err != nil {
 		return err
 	}
-	wh, err := openLive(ctx, cfg, lk, log, 0)
+	wh, err := openLive(ctx, cfg, lk, log, 0, 0)
 	if err != nil {
 		return err
 	}
@@ -212,7 +212,7 @@ func openOld(ctx context.Context, cfg *config.Config, lk *lake.Lake, log *slog.L
 		log.Info("no warehouse to take the pipeline's state from: rebuilding from the lake alone", "warehouse", cfg.Warehouse.Live)
 		return nil, nil
 	}
-	old, err := openLive(ctx, cfg, lk, log, 0)
+	old, err := openLive(ctx, cfg, lk, log, 0, 0)
 	if errors.Is(err, warehouse.ErrHeld) {
 		return nil, err
 	}
@@ -251,7 +251,7 @@ func backfillRange(ctx context.Context, cfg *config.Config, opts BackfillOptions
 	if err != nil {
 		return st, err
 	}
-	wh, err := openLive(ctx, cfg, lk, log, 0)
+	wh, err := openLive(ctx, cfg, lk, log, 0, 0)
 	if err != nil {
 		return st, err
 	}

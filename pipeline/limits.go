@@ -3,6 +3,7 @@ package pipeline
 import (
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/debug"
 
 	"github.com/lakeflow/lakeflow/pipeline/config"
@@ -21,6 +22,17 @@ import (
 // chunks, and a 5,000,000-change backfill --all took half as long again at
 // 512 MiB.)
 const runMemoryLimit = 512 << 20
+
+// runThreads are DuckDB's worker threads in a run, unless
+// warehouse.threads says: one fewer than the CPUs, at least one. The rest
+// of the pipe (reading the WAL, Kafka, decoding envelopes) needs a core
+// too, and DuckDB's threads contending for it cost more than their
+// parallelism gained (2 CPUs, quick benches alternated, 2 threads against
+// 1: live 18.3K and 20.8K events/s against 22.2K and 25.1K, CPU 32.9 and
+// 29.5 s against 25.5 and 21.7 s; a replay from Kafka 29.4K and 27.8K
+// against 25.5K and 32.2K). Backfill and asof, which run alone, keep one
+// per CPU.
+func runThreads() int { return max(runtime.NumCPU()-1, 1) }
 
 // limitGoHeap gives the Go heap of a run a soft limit, unless GOMEMLIMIT
 // sets one: the records a batch may hold (batch_bytes), what the producer

@@ -73,7 +73,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	if err := ensureLive(cfg, log); err != nil {
 		return err
 	}
-	wh, err := openLive(ctx, cfg, lk, log, runMemoryLimit)
+	wh, err := openLive(ctx, cfg, lk, log, runMemoryLimit, runThreads())
 	if err != nil {
 		return err
 	}
@@ -220,12 +220,14 @@ func (c *consumer) recordRun(ctx context.Context, started time.Time, follow bool
 }
 
 // openLive opens the live warehouse (warehouse.live_path), with DuckDB's
-// memory capped at limit unless warehouse.memory_limit says (0: the
-// warehouse's default).
-func openLive(ctx context.Context, cfg *config.Config, lk *lake.Lake, log *slog.Logger, limit int64) (*warehouse.Warehouse, error) {
+// memory capped at limit and threads worker threads unless
+// warehouse.memory_limit and warehouse.threads say (0: the warehouse's
+// defaults).
+func openLive(ctx context.Context, cfg *config.Config, lk *lake.Lake, log *slog.Logger, limit int64, threads int) (*warehouse.Warehouse, error) {
 	wcfg := cfg.Warehouse
 	wcfg.Path = wcfg.Live
 	wcfg.MemoryLimit = cmp.Or(wcfg.MemoryLimit, limit)
+	wcfg.Threads = cmp.Or(wcfg.Threads, threads)
 	return warehouse.Open(ctx, wcfg, lk, log)
 }
 

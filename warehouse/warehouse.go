@@ -229,7 +229,7 @@ func open(ctx context.Context, cfg config.Warehouse, lk *lake.Lake, log *slog.Lo
 			return nil, fmt.Errorf("%w: a directory for DuckDB to spill into: %v", fault.ErrEnvironment, err)
 		}
 	}
-	if err := w.init(ctx, cfg.MemoryLimit); err != nil {
+	if err := w.init(ctx, cfg.MemoryLimit, cfg.Threads); err != nil {
 		w.Close()
 		return nil, err
 	}
@@ -295,7 +295,7 @@ func (w *Warehouse) recorded(ctx context.Context, path string) (bool, error) {
 // it to the command.
 const defaultMemoryLimit = 1 << 30
 
-func (w *Warehouse) init(ctx context.Context, memoryLimit int64) error {
+func (w *Warehouse) init(ctx context.Context, memoryLimit int64, threads int) error {
 	// Without a limit DuckDB may take 80% of the machine's memory.
 	if memoryLimit == 0 {
 		memoryLimit = defaultMemoryLimit
@@ -331,6 +331,11 @@ func (w *Warehouse) init(ctx context.Context, memoryLimit int64) error {
 		"CREATE OR REPLACE TEMP TABLE lakeflow_known (tbl INTEGER, seq UBIGINT, ord UINTEGER)",
 	} {
 		if _, err := w.conn.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("initialise warehouse %s: %w", w.path, err)
+		}
+	}
+	if threads > 0 { // else DuckDB's default, one per CPU
+		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf("SET threads = %d", threads)); err != nil {
 			return fmt.Errorf("initialise warehouse %s: %w", w.path, err)
 		}
 	}

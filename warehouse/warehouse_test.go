@@ -1,6 +1,7 @@
 package warehouse
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -908,5 +909,39 @@ func TestStagedRecordsMayGo(t *testing.T) {
 	}
 	if got := f.count(`SELECT count(*) FROM lakeflow.dlq WHERE payload IN ('not json'::BLOB, '\xff\xfe'::BLOB)`); got != 2 {
 		t.Fatalf("lakeflow.dlq holds %d of the two payloads", got)
+	}
+}
+
+// TestThreadsSetting: warehouse.threads sets DuckDB's worker threads; 0
+// leaves DuckDB's default.
+func TestThreadsSetting(t *testing.T) {
+	dir := t.TempDir()
+	lk, err := lake.Open(filepath.Join(dir, "lake"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := sql.Open("duckdb", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	var def int
+	if err := plain.QueryRow("SELECT current_setting('threads')").Scan(&def); err != nil {
+		t.Fatal(err)
+	}
+	for i, threads := range []int{1, 0} {
+		wh, err := Open(context.Background(), config.Warehouse{Path: filepath.Join(dir, fmt.Sprintf("w%d.duckdb", i)), Threads: threads}, lk,
+			slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got int
+		if err := wh.conn.QueryRowContext(context.Background(), "SELECT current_setting('threads')").Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if want := cmp.Or(threads, def); got != want {
+			t.Errorf("warehouse.threads %d: DuckDB runs %d threads, want %d", threads, got, want)
+		}
+		wh.Close()
 	}
 }

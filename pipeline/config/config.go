@@ -124,6 +124,9 @@ type Warehouse struct {
 	// MemoryLimit caps DuckDB's memory; it spills beyond it. 0 leaves it
 	// to the command (run: 512 MiB; others: 1 GiB).
 	MemoryLimit int64
+	// Threads are DuckDB's worker threads. 0 leaves them to the command
+	// (run: one fewer than the CPUs, at least one; others: one per CPU).
+	Threads int
 }
 
 // Pipeline holds the batching limits; a batch closes at whichever limit is

@@ -61,6 +61,7 @@ func TestRejectsWhatItCannotUse(t *testing.T) {
 		{body: "[source]\ntables = []\nslot = \"Bad-Slot\"\n", want: []string{"source.tables", "source.slot"}},
 		{body: "[source]\ntables = [\"a.orders\", \"b.orders\"]\n", want: []string{"silver.orders"}},
 		{body: "[kafka]\npartitions = 0\nbrokers = [\"nohost\"]\n", want: []string{"kafka.partitions", "kafka.brokers"}},
+		{body: "[warehouse]\nthreads = -1\n", want: []string{"warehouse.threads"}},
 		{body: "", env: []string{"LAKEFLOW_SOURCE_DSNN=x"}, want: []string{"LAKEFLOW_SOURCE_DSNN names no config key"}},
 		{body: "", env: []string{"LAKEFLOW_KAFKA_PARTITIONS=two"}, want: []string{"LAKEFLOW_KAFKA_PARTITIONS", "not an integer"}},
 	} {

@@ -72,6 +72,7 @@ type warehouseFile struct {
 	LivePath        string `toml:"live_path"`
 	PublishInterval string `toml:"publish_interval"`
 	MemoryLimit     string `toml:"memory_limit"`
+	Threads         int    `toml:"threads"`
 }
 
 type pipelineFile struct {
@@ -261,6 +262,9 @@ func (f file) resolve(base string) (*Config, []string) {
 	c.Warehouse.PublishInterval = duration("warehouse.publish_interval", f.Warehouse.PublishInterval)
 	if f.Warehouse.MemoryLimit != "" {
 		c.Warehouse.MemoryLimit = size("warehouse.memory_limit", f.Warehouse.MemoryLimit)
+	}
+	if c.Warehouse.Threads = f.Warehouse.Threads; c.Warehouse.Threads < 0 {
+		bad("warehouse.threads", "%d must be 0 (the command's default) or more", c.Warehouse.Threads)
 	}
 
 	c.Contracts.Dir = abs("contracts.dir", f.Contracts.Dir)
