@@ -1,5 +1,12 @@
 package warehouse
 
+import (
+	"math"
+	"strconv"
+
+	"github.com/lakeflow/lakeflow/pipeline/change"
+)
+
 // envScan reads one envelope the way change.Envelope writes it: no
 // whitespace, strings escaped only as it escapes them. It is strict on
 // purpose: whatever it refuses is decoded by parseSQL instead, so the
@@ -186,6 +193,57 @@ func (s *envScan) digits() (uint64, bool) {
 		return u, true
 	}
 	return 0, false
+}
+
+// float reads a JSON number of at most 17 significant digits (what
+// PostgreSQL prints for a float) as a float64 (bits 64) or the float32
+// DuckDB makes of it (bits 32), refusing one whose value is zero but
+// spelled negative or out of the type's normal range: JSON -0 and
+// DuckDB's casts of subnormals and of what overflows are not worth
+// matching.
+func (s *envScan) float(bits int) (float64, bool) {
+	n, ok := change.JSONNumber(s.b[s.i:])
+	tok := s.b[s.i : s.i+n]
+	s.i += n
+	if !ok || significant(tok) > 17 {
+		return 0, false
+	}
+	switch s.peek() {
+	case ',', '}':
+	default:
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(string(tok), 64)
+	if err == nil && bits == 32 {
+		// from_json gives DuckDB the double's shortest text, which the
+		// cast to FLOAT rounds again.
+		f, err = strconv.ParseFloat(strconv.FormatFloat(f, 'g', -1, 64), 32)
+	}
+	smallest := 0x1p-1022 // the smallest normal number
+	if bits == 32 {
+		smallest = 0x1p-126
+	}
+	if err != nil || (f == 0 && tok[0] == '-') || (f != 0 && math.Abs(f) < smallest) {
+		return 0, false
+	}
+	return f, true
+}
+
+// significant counts the digits of a JSON number's mantissa from its
+// first non-zero one.
+func significant(tok []byte) int {
+	n, leading := 0, true
+	for _, c := range tok {
+		switch {
+		case c == 'e' || c == 'E':
+			return n
+		case c == '0' && leading:
+		case c >= '0' && c <= '9':
+			leading = false
+			n++
+		}
+	}
+	return n
 }
 
 // scalar skips a value that is null, a boolean, an integer or a string.

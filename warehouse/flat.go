@@ -20,7 +20,7 @@ import (
 // (not canonical, a value out of range, a dead letter), and parseSQL
 // decodes what it refused, so what a batch holds never depends on which
 // of the two read it. Tables with a column of a kind it does not carry
-// (floats, intervals, JSON, arrays, times with a zone) are parseSQL's
+// (intervals, JSON, arrays, times with a zone) are parseSQL's
 // alone.
 type flatDecoder struct {
 	cols []carrier
@@ -78,6 +78,13 @@ func carrierOf(t change.Type) (carrier, bool) {
 		}, same}, true
 	case change.KindInt8:
 		return carrier{"BIGINT", func(s *envScan) (driver.Value, bool) { return s.integer(-1<<63, 1<<63-1) }, same}, true
+	case change.KindFloat8:
+		return carrier{"DOUBLE", func(s *envScan) (driver.Value, bool) { return s.float(64) }, same}, true
+	case change.KindFloat4:
+		return carrier{"FLOAT", func(s *envScan) (driver.Value, bool) {
+			f, ok := s.float(32)
+			return float32(f), ok
+		}, same}, true
 	case change.KindBool:
 		return carrier{"BOOLEAN", func(s *envScan) (driver.Value, bool) {
 			if s.lit("true") {

@@ -130,12 +130,12 @@ func appendScalar(dst []byte, k Kind, s []byte) ([]byte, error) {
 // isInteger and isNumber accept exactly JSON's number grammar (PostgreSQL
 // prints 1.5, -0, 1e+20), integers without fraction or exponent.
 func isInteger(s []byte) bool {
-	n, ok := jsonNumber(s)
+	n, ok := JSONNumber(s)
 	return ok && n == len(s) && !containsAny(s, ".eE")
 }
 
 func isNumber(s []byte) bool {
-	n, ok := jsonNumber(s)
+	n, ok := JSONNumber(s)
 	return ok && n == len(s)
 }
 
@@ -150,9 +150,9 @@ func containsAny(s []byte, chars string) bool {
 	return false
 }
 
-// jsonNumber scans -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? and
+// JSONNumber scans -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? and
 // returns how many bytes it covers.
-func jsonNumber(s []byte) (int, bool) {
+func JSONNumber(s []byte) (int, bool) {
 	i := 0
 	digits := func() int {
 		start := i
