@@ -1,6 +1,7 @@
 package warehouse
 
 import (
+	"bytes"
 	"math"
 	"strconv"
 
@@ -215,9 +216,14 @@ func (s *envScan) float(bits int) (float64, bool) {
 	}
 	f, err := strconv.ParseFloat(string(tok), 64)
 	if err == nil && bits == 32 {
-		// from_json gives DuckDB the double's shortest text, which the
-		// cast to FLOAT rounds again.
-		f, err = strconv.ParseFloat(strconv.FormatFloat(f, 'g', -1, 64), 32)
+		// from_json gives DuckDB an integer's own digits, and of any
+		// other number the double's shortest text, which the cast to
+		// FLOAT rounds again.
+		text := string(tok)
+		if bytes.ContainsAny(tok, ".eE") {
+			text = strconv.FormatFloat(f, 'g', -1, 64)
+		}
+		f, err = strconv.ParseFloat(text, 32)
 	}
 	smallest := 0x1p-1022 // the smallest normal number
 	if bits == 32 {
