@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"encoding/base64"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
@@ -20,7 +21,7 @@ import (
 // (not canonical, a value out of range, a dead letter), and parseSQL
 // decodes what it refused, so what a batch holds never depends on which
 // of the two read it. Tables with a column of a kind it does not carry
-// (intervals, JSON, arrays, times with a zone) are parseSQL's
+// (JSON, arrays, times with a zone) are parseSQL's
 // alone.
 type flatDecoder struct {
 	cols []carrier
@@ -132,6 +133,13 @@ func carrierOf(t change.Type) (carrier, bool) {
 			text, _, ok := s.str()
 			return string(text), ok && isUUID(text)
 		}, func(x string) string { return "CAST(" + x + " AS UUID)" }}, true
+	case change.KindInterval:
+		// The lake keeps the text; silver's lakeflow_iso_interval must
+		// read it.
+		return carrier{"VARCHAR", func(s *envScan) (driver.Value, bool) {
+			text, _, ok := s.str()
+			return string(text), ok && isoInterval(text)
+		}, same}, true
 	case change.KindBytea:
 		return carrier{"BLOB", func(s *envScan) (driver.Value, bool) {
 			text, esc, ok := s.str()
@@ -191,6 +199,78 @@ func allDigits(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// isoInterval reports whether text is an interval as PostgreSQL prints it
+// in iso_8601 style (P1Y2M3DT4H5M6.5S, P-1DT-2H, PT0S) whose parts
+// lakeflow_iso_interval reads without overflow: months (years × 12 +
+// months) and days within 32 bits, hours and minutes too, seconds below a
+// trillion with at most six decimals.
+func isoInterval(text []byte) bool {
+	if len(text) < 3 || text[0] != 'P' {
+		return false
+	}
+	date, clock, timed := bytes.Cut(text[1:], []byte("T"))
+	if timed && len(clock) == 0 {
+		return false
+	}
+	part := func(s []byte, unit byte, frac bool) (int64, []byte, bool) {
+		i := 0
+		if i < len(s) && s[i] == '-' {
+			i++
+		}
+		start := i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		digits := i - start
+		if frac && i < len(s) && s[i] == '.' {
+			i++
+			f := i
+			for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+				i++
+			}
+			if i == f || i-f > 6 {
+				return 0, s, false
+			}
+		}
+		if digits == 0 || digits > 12 || i >= len(s) || s[i] != unit {
+			return 0, s, true // not this part
+		}
+		n, _ := strconv.ParseInt(string(s[:start+digits]), 10, 64)
+		return n, s[i+1:], true
+	}
+	const max32 = 1<<31 - 1
+	var y, mo, d, h, mi int64
+	var ok bool
+	rest := date
+	for _, p := range []struct {
+		unit byte
+		v    *int64
+	}{{'Y', &y}, {'M', &mo}, {'D', &d}} {
+		if *p.v, rest, ok = part(rest, p.unit, false); !ok {
+			return false
+		}
+	}
+	if len(rest) != 0 {
+		return false
+	}
+	rest = clock
+	for _, p := range []struct {
+		unit byte
+		v    *int64
+	}{{'H', &h}, {'M', &mi}} {
+		if *p.v, rest, ok = part(rest, p.unit, false); !ok {
+			return false
+		}
+	}
+	var sec int64
+	if sec, rest, ok = part(rest, 'S', true); !ok || len(rest) != 0 {
+		return false
+	}
+	abs := func(v int64) int64 { return max(v, -v) }
+	return abs(y) <= max32/12 && abs(y*12+mo) <= max32 && abs(mo) <= max32 && abs(d) <= max32 &&
+		abs(h) <= max32 && abs(mi) <= max32 && abs(sec) < 1e12 && len(text) > 1 && (len(date) > 0 || len(clock) > 0)
 }
 
 // isUUID reports whether text is a UUID as PostgreSQL prints it: 8-4-4-4-12

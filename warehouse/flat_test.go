@@ -36,6 +36,7 @@ var typed = &change.Table{Schema: "public", Name: "typed", Columns: []change.Col
 	{Name: "uid", Type: change.Type{Kind: change.KindUUID, Name: "uuid"}},
 	{Name: "f4", Type: change.Type{Kind: change.KindFloat4, Name: "real"}},
 	{Name: "f8", Type: change.Type{Kind: change.KindFloat8, Name: "double precision"}},
+	{Name: "span", Type: change.Type{Kind: change.KindInterval, Name: "interval"}},
 }}
 
 // typedValues are PostgreSQL texts per column of typed: three that any
@@ -59,6 +60,8 @@ var typedValues = [][]string{
 	{"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "00000000-0000-0000-0000-000000000000", "ffffffff-ffff-ffff-ffff-ffffffffffff"},
 	{"0", "1.5", "0.1", "-2.25", "3.4028235e+38", "1.1754944e-38", "1e-45", "NaN", "Infinity", "-Infinity", "-0", "1e+20", "123456.79", "16777217"},
 	{"0", "3.141592653589793", "0.1", "1.7976931348623157e+308", "2.2250738585072014e-308", "5e-324", "-0", "NaN", "Infinity", "1e+100", "-1.2345678901234567e-100"},
+	{"PT0S", "P1Y2M3DT4H5M6.5S", "P-1Y-2M3DT-4H-5M-6.5S", "P178956970Y7M", "P-178956970Y-8M", "PT-0.000001S", "P1D", "PT1H",
+		"PT2562047788H", "P2147483647D", "PT0.5S", "P-2147483648D", "PT2147483647H59M59.999999S"},
 }
 
 // typedEnvelopes are envelopes of typed as the producer writes them,
@@ -121,8 +124,9 @@ var respellings = map[string][]string{
 	"day":              {"2932897", "-719163", "-2147472692", `"1"`, "0", "-0"},
 	"stamp":            {"253402300800000000", "-62135596800000001", "9223372036825200000", "-0"},
 	"clock":            {"86400000000", "-1", "86399999999", "0"},
-	"f4":               {"72057598332895233", "1.50", "1E2", "-0.0", "1e40", "01.5", ".5", "0.30000000000000004", "1.0000000000000000001", "3.4028236e+38", "1e-40", "16777217"},
+	"f4":               {"72057598332895233", "9007199791611905", "1.50", "1E2", "-0.0", "1e40", "01.5", ".5", "0.30000000000000004", "1.0000000000000000001", "3.4028236e+38", "1e-40", "16777217"},
 	"f8":               {"1.50", "1E2", "-0.0", "1e400", "00", "1e-310", "0.1000000000000000055511151231257827", "9007199254740993", "-1e308"},
+	"span":             {`"P2M1Y"`, `"PT1.1234567S"`, `"1 day"`, `"P1W"`, `"PT1.S"`, `"PT"`, `"P"`, `"P-T1S"`, `"p1d"`, `"P1DT"`, `"PT.5S"`, `"P1Y2M3D4H"`, `"P999999999999Y"`, `"PT-1H-2M-3.25S"`, `"P178956971Y"`, `"PT2562047789H"`, `"P2147483648D"`},
 	"uid":              {`"A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11"`, `"a0eebc999c0b4ef8bb6d6bb9bd380a11"`, `"{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}"`},
 	"op":               {`"x"`, "null", `"C"`},
 	"_cdc_seq":         {"-1", `"5"`, "18446744073709551616", "1.5"},
