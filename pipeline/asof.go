@@ -391,7 +391,7 @@ func lakeView(ctx context.Context, cfg *config.Config, path string, v warehouse.
 		<-done
 		return set, setErr
 	}
-	if wh, err = warehouse.OpenView(ctx, path, cfg.Warehouse.MemoryLimit, lk, log, v); err != nil {
+	if wh, err = warehouse.OpenView(ctx, path, cfg.Warehouse, lk, log, v); err != nil {
 		<-done
 		return nil, nil, err
 	}
@@ -408,7 +408,7 @@ func AsOfBatches(ctx context.Context, cfg *config.Config, n int, log *slog.Logge
 	if err != nil {
 		return nil, err
 	}
-	wh, err := warehouse.OpenView(ctx, "", cfg.Warehouse.MemoryLimit, lk, log, warehouse.View{})
+	wh, err := warehouse.OpenView(ctx, "", cfg.Warehouse, lk, log, warehouse.View{})
 	if err != nil {
 		return nil, err
 	}

@@ -24,7 +24,9 @@ import (
 const runMemoryLimit = 512 << 20
 
 // runThreads are DuckDB's worker threads in a run, unless
-// warehouse.threads says: one fewer than the CPUs, at least one. The rest
+// warehouse.threads says: one fewer than the CPUs the process may use (a
+// container's CPU quota counts, as it does for DuckDB's own default), at
+// least one. The rest
 // of the pipe (reading the WAL, Kafka, decoding envelopes) needs a core
 // too, and DuckDB's threads contending for it cost more than their
 // parallelism gained (2 CPUs, quick benches alternated, 2 threads against
@@ -32,7 +34,7 @@ const runMemoryLimit = 512 << 20
 // 29.5 s against 25.5 and 21.7 s; a replay from Kafka 29.4K and 27.8K
 // against 25.5K and 32.2K). Backfill and asof, which run alone, keep one
 // per CPU.
-func runThreads() int { return max(runtime.NumCPU()-1, 1) }
+func runThreads() int { return max(runtime.GOMAXPROCS(0)-1, 1) }
 
 // limitGoHeap gives the Go heap of a run a soft limit, unless GOMEMLIMIT
 // sets one: the records a batch may hold (batch_bytes), what the producer

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/config"
 )
 
 // TestReplayOfDeletesMatchesTheStream: replaying the lake into a new
@@ -57,7 +58,7 @@ func TestReplayOfDeletesMatchesTheStream(t *testing.T) {
 func replayed(t *testing.T, f *fixture, chunk int) string {
 	t.Helper()
 	ctx := context.Background()
-	v, err := OpenView(ctx, "", 0, f.wh.lake, slog.New(slog.NewTextHandler(io.Discard, nil)), View{})
+	v, err := OpenView(ctx, "", config.Warehouse{}, f.wh.lake, slog.New(slog.NewTextHandler(io.Discard, nil)), View{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -187,8 +187,8 @@ type View struct {
 
 // OpenView creates a warehouse at path ("": in memory) that reads the
 // lake and never writes it.
-func OpenView(ctx context.Context, path string, memoryLimit int64, lk *lake.Lake, log *slog.Logger, v View) (*Warehouse, error) {
-	return open(ctx, config.Warehouse{Path: path, MemoryLimit: memoryLimit}, lk, log, &v)
+func OpenView(ctx context.Context, path string, cfg config.Warehouse, lk *lake.Lake, log *slog.Logger, v View) (*Warehouse, error) {
+	return open(ctx, config.Warehouse{Path: path, MemoryLimit: cfg.MemoryLimit, Threads: cfg.Threads}, lk, log, &v)
 }
 
 // keyed says whether silver tables get their primary key: not in a view

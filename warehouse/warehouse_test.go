@@ -708,7 +708,7 @@ func TestInMemoryViewSpillsOutsideTheWorkingDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	w, err := OpenView(ctx, "", 64<<20, lk, slog.New(slog.DiscardHandler), View{})
+	w, err := OpenView(ctx, "", config.Warehouse{MemoryLimit: 64 << 20}, lk, slog.New(slog.DiscardHandler), View{})
 	if err != nil {
 		t.Fatal(err)
 	}
