@@ -120,7 +120,7 @@ type RunResult struct {
 
 func main() {
 	events := flag.Int("events", 510663, "row changes to load (the seed's 510,663 by default)")
-	out := flag.String("out", "bench.json", "where to write the JSON result")
+	out := flag.String("out", "bench.json", "where to write the JSON result (with -quick, only if given)")
 	keep := flag.Bool("keep", false, "keep the working directory")
 	publish := flag.String("publish-sizes", "", "instead: measure publishing warehouses of these sizes in GB (e.g. 0.1,1,5)")
 	quick := flag.Bool("quick", false, "one run with rules, history and gold, its profile and the freshness; no other variant, backfill, asof or check")
@@ -133,6 +133,15 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if *quick {
+		// A quick run never replaces bench.json unless asked to.
+		*out = ""
+		flag.Visit(func(f *flag.Flag) {
+			if f.Name == "out" {
+				*out = f.Value.String()
+			}
+		})
 	}
 	if err := run(*events, *out, *keep, *quick, *profile, *bin); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -329,7 +338,10 @@ func run(events int, out string, keep, quick bool, profileDir, bin string) error
 		if keep {
 			fmt.Fprintln(os.Stderr, "working directory kept:", work)
 		}
-		return nil
+		if out == "" {
+			return nil
+		}
+		return os.WriteFile(out, append(data, '\n'), 0o644)
 	}
 	res.RulesRatio = res.Rules.Rate / res.Plain.Rate
 	res.GoldRatio = res.Gold.Rate / res.Rules.Rate
