@@ -99,6 +99,12 @@ func (s *envScan) str() (text []byte, esc, ok bool) {
 	return nil, false, false
 }
 
+// plain reads a string that holds no escape.
+func (s *envScan) plain() ([]byte, bool) {
+	text, esc, ok := s.str()
+	return text, ok && !esc
+}
+
 // controlEscape reads \u00XX for a control character other than NUL.
 func controlEscape(b []byte) (byte, bool) {
 	if len(b) < 6 || string(b[:4]) != `\u00` || (b[4] != '0' && b[4] != '1') {

@@ -95,8 +95,8 @@ func carrierOf(t change.Type) (carrier, bool) {
 		}, same}, true
 	case change.KindTimestampTZ:
 		return carrier{"BIGINT", func(s *envScan) (driver.Value, bool) {
-			text, esc, ok := s.str()
-			if !ok || esc {
+			text, ok := s.plain()
+			if !ok {
 				return nil, false
 			}
 			return change.ParseMicrosISO(text)
@@ -110,10 +110,8 @@ func carrierOf(t change.Type) (carrier, bool) {
 		if t.Kind == change.KindMoney {
 			p, sc = 19, 2
 		}
-		return carrier{"VARCHAR", func(s *envScan) (driver.Value, bool) {
-			text, _, ok := s.str()
-			return string(text), ok && decimalFits(text, p, sc)
-		}, func(x string) string { return "CAST(" + x + " AS " + duck + ")" }}, true
+		return carrier{"VARCHAR", checked(func(text []byte) bool { return decimalFits(text, p, sc) }),
+			func(x string) string { return "CAST(" + x + " AS " + duck + ")" }}, true
 	case change.KindDate:
 		return carrier{"INTEGER", func(s *envScan) (driver.Value, bool) {
 			v, ok := s.integer(minDay, maxDay)
@@ -129,21 +127,15 @@ func carrierOf(t change.Type) (carrier, bool) {
 			return s.integer(0, microsPerDay-1)
 		}, func(x string) string { return "TIME '00:00:00' + to_microseconds(" + x + ")" }}, true
 	case change.KindUUID:
-		return carrier{"VARCHAR", func(s *envScan) (driver.Value, bool) {
-			text, _, ok := s.str()
-			return string(text), ok && isUUID(text)
-		}, func(x string) string { return "CAST(" + x + " AS UUID)" }}, true
+		return carrier{"VARCHAR", checked(isUUID), func(x string) string { return "CAST(" + x + " AS UUID)" }}, true
 	case change.KindInterval:
 		// The lake keeps the text; silver's lakeflow_iso_interval must
 		// read it.
-		return carrier{"VARCHAR", func(s *envScan) (driver.Value, bool) {
-			text, _, ok := s.str()
-			return string(text), ok && isoInterval(text)
-		}, same}, true
+		return carrier{"VARCHAR", checked(isoInterval), same}, true
 	case change.KindBytea:
 		return carrier{"BLOB", func(s *envScan) (driver.Value, bool) {
-			text, esc, ok := s.str()
-			if !ok || esc {
+			text, ok := s.plain()
+			if !ok {
 				return nil, false
 			}
 			b := make([]byte, base64.StdEncoding.DecodedLen(len(text)))
@@ -161,6 +153,14 @@ func carrierOf(t change.Type) (carrier, bool) {
 		}, same}, true
 	}
 	return carrier{}, false
+}
+
+// checked reads a string without escapes that check accepts.
+func checked(check func([]byte) bool) func(*envScan) (driver.Value, bool) {
+	return func(s *envScan) (driver.Value, bool) {
+		text, ok := s.plain()
+		return string(text), ok && check(text)
+	}
 }
 
 // The days and microseconds of years 1 to 9999, which DuckDB and
@@ -399,8 +399,8 @@ func (d *flatDecoder) decode(v []byte) bool {
 			}
 			meta[flatOrd] = uint32(u)
 		case "_commit_ts":
-			text, esc, ok := s.str()
-			if !mark(seenCommit) || !ok || esc {
+			text, ok := s.plain()
+			if !mark(seenCommit) || !ok {
 				return false
 			}
 			if meta[flatCommit], ok = change.ParseMicrosISO(text); !ok {
