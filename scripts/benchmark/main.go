@@ -136,12 +136,11 @@ func main() {
 	}
 	if *quick {
 		// A quick run never replaces bench.json unless asked to.
-		*out = ""
-		flag.Visit(func(f *flag.Flag) {
-			if f.Name == "out" {
-				*out = f.Value.String()
-			}
-		})
+		given := false
+		flag.Visit(func(f *flag.Flag) { given = given || f.Name == "out" })
+		if !given {
+			*out = ""
+		}
 	}
 	if err := run(*events, *out, *keep, *quick, *profile, *bin); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
