@@ -119,12 +119,12 @@ func carrierOf(t change.Type) (carrier, bool) {
 		}, func(x string) string { return "CAST(DATE '1970-01-01' + " + x + " AS DATE)" }}, true
 	case change.KindTimestamp:
 		return carrier{"BIGINT", func(s *envScan) (driver.Value, bool) {
-			return s.integer(minDay*microsPerDay, (maxDay+1)*microsPerDay-1)
+			return s.integer(minDay*change.MicrosPerDay, (maxDay+1)*change.MicrosPerDay-1)
 		}, func(x string) string { return "make_timestamp(" + x + ")" }}, true
 	case change.KindTime:
 		// 24:00:00, which PostgreSQL allows, is parseSQL's.
 		return carrier{"BIGINT", func(s *envScan) (driver.Value, bool) {
-			return s.integer(0, microsPerDay-1)
+			return s.integer(0, change.MicrosPerDay-1)
 		}, func(x string) string { return "TIME '00:00:00' + to_microseconds(" + x + ")" }}, true
 	case change.KindUUID:
 		return carrier{"VARCHAR", checked(isUUID), func(x string) string { return "CAST(" + x + " AS UUID)" }}, true
@@ -167,9 +167,8 @@ func checked(check func([]byte) bool) func(*envScan) (driver.Value, bool) {
 // PostgreSQL both hold; dates and timestamps outside them (and their
 // infinities) are parseSQL's.
 const (
-	minDay       = -719162 // 0001-01-01
-	maxDay       = 2932896 // 9999-12-31
-	microsPerDay = 86400 * 1000000
+	minDay = -719162 // 0001-01-01
+	maxDay = 2932896 // 9999-12-31
 )
 
 // decimalFits reports whether text is a plain decimal number, -?digits
@@ -240,37 +239,25 @@ func isoInterval(text []byte) bool {
 		n, _ := strconv.ParseInt(string(s[:start+digits]), 10, 64)
 		return n, s[i+1:], true
 	}
-	const max32 = 1<<31 - 1
-	var y, mo, d, h, mi int64
+	// Years, months, days before the T; hours, minutes, seconds after.
+	var v [6]int64
 	var ok bool
 	rest := date
-	for _, p := range []struct {
-		unit byte
-		v    *int64
-	}{{'Y', &y}, {'M', &mo}, {'D', &d}} {
-		if *p.v, rest, ok = part(rest, p.unit, false); !ok {
+	for i, unit := range []byte("YMDHMS") {
+		if i == 3 {
+			if len(rest) != 0 {
+				return false
+			}
+			rest = clock
+		}
+		if v[i], rest, ok = part(rest, unit, unit == 'S'); !ok {
 			return false
 		}
 	}
-	if len(rest) != 0 {
-		return false
-	}
-	rest = clock
-	for _, p := range []struct {
-		unit byte
-		v    *int64
-	}{{'H', &h}, {'M', &mi}} {
-		if *p.v, rest, ok = part(rest, p.unit, false); !ok {
-			return false
-		}
-	}
-	var sec int64
-	if sec, rest, ok = part(rest, 'S', true); !ok || len(rest) != 0 {
-		return false
-	}
+	const max32 = 1<<31 - 1
 	abs := func(v int64) int64 { return max(v, -v) }
-	return abs(y) <= max32/12 && abs(y*12+mo) <= max32 && abs(mo) <= max32 && abs(d) <= max32 &&
-		abs(h) <= max32 && abs(mi) <= max32 && abs(sec) < 1e12 && len(text) > 1 && (len(date) > 0 || len(clock) > 0)
+	return len(rest) == 0 && abs(v[0]) <= max32/12 && abs(v[0]*12+v[1]) <= max32 && abs(v[1]) <= max32 && abs(v[2]) <= max32 &&
+		abs(v[3]) <= max32 && abs(v[4]) <= max32 && abs(v[5]) < 1e12
 }
 
 // isUUID reports whether text is a UUID as PostgreSQL prints it: 8-4-4-4-12

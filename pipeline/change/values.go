@@ -15,7 +15,9 @@ const (
 	DateNegInfinity      = -2147472691
 	TimestampInfinity    = 9223372036825200000
 	TimestampNegInfinity = -9223372036832400000
-	microsPerDay         = 86400 * 1000000
+	// MicrosPerDay is a day in microseconds, the unit of times and
+	// timestamps in envelopes.
+	MicrosPerDay = 86400 * 1000000
 )
 
 var errSyntax = errors.New("unexpected text for this type")
@@ -287,10 +289,10 @@ func parseTimestamp(s []byte, withZone bool) (int64, error) {
 	}
 	// Two days inside int64 microseconds (DuckDB's range too, ±294247
 	// years), so the sum below cannot overflow.
-	if days > math.MaxInt64/microsPerDay-2 || days < math.MinInt64/microsPerDay+2 {
+	if days > math.MaxInt64/MicrosPerDay-2 || days < math.MinInt64/MicrosPerDay+2 {
 		return 0, errors.New("outside the range of microsecond timestamps (about 294247 years from 1970)")
 	}
-	return days*microsPerDay + us - offset, nil
+	return days*MicrosPerDay + us - offset, nil
 }
 
 // parseOffset reads +HH, +HH:MM or +HH:MM:SS as microseconds.
@@ -371,8 +373,8 @@ func floorDiv(a, b int64) int64 {
 // UTC timestamp, 2024-01-31T10:00:00.123456Z, with BC years as negative
 // astronomical years (-0043 is 44 BC) and no fraction when it is zero.
 func AppendMicrosISO(dst []byte, us int64) []byte {
-	days := floorDiv(us, microsPerDay)
-	rem := us - days*microsPerDay
+	days := floorDiv(us, MicrosPerDay)
+	rem := us - days*MicrosPerDay
 	y, m, d := civilFromDays(days)
 	if y < 0 {
 		dst = append(dst, '-')
@@ -428,7 +430,7 @@ func ParseMicrosISO(s []byte) (int64, bool) {
 	if !ok || h > 23 || mi > 59 || sec > 59 {
 		return 0, false
 	}
-	return days*microsPerDay + us, true
+	return days*MicrosPerDay + us, true
 }
 
 func appendPadded(dst []byte, v int64, width int) []byte {

@@ -97,7 +97,7 @@ func TestCalendarAgreesWithTimePackage(t *testing.T) {
 		if got := daysFromCivil(int64(tm.Year()), int64(tm.Month()), int64(tm.Day())); got != days {
 			t.Fatalf("daysFromCivil(%s) = %d, want %d", tm.Format(time.DateOnly), got, days)
 		}
-		us := days*microsPerDay + rng.Int64N(microsPerDay)
+		us := days*MicrosPerDay + rng.Int64N(MicrosPerDay)
 		want := time.UnixMicro(us).UTC().Format("2006-01-02T15:04:05.999999Z")
 		if got := string(AppendMicrosISO(nil, us)); got != want {
 			t.Fatalf("AppendMicrosISO(%d) = %s, want %s", us, got, want)
@@ -124,7 +124,7 @@ func FuzzAppendValue(f *testing.F) {
 
 func TestParseMicrosISOInvertsAppend(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	lo, hi := daysFromCivil(1, 1, 1)*microsPerDay, daysFromCivil(10000, 1, 1)*microsPerDay
+	lo, hi := daysFromCivil(1, 1, 1)*MicrosPerDay, daysFromCivil(10000, 1, 1)*MicrosPerDay
 	for i := 0; i < 100000; i++ {
 		us := lo + rng.Int64N(hi-lo)
 		if i%3 == 0 {
