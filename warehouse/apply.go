@@ -399,7 +399,10 @@ func (w *Warehouse) decode(ctx context.Context, t *table) (rowsInfo, error) {
 // decodes those its flat decoder refused, into which the flat table is
 // packed.
 func (w *Warehouse) decodeRows(ctx context.Context, t *table) error {
-	n := w.staged[t]
+	var n staged
+	if st := w.staged[t]; st != nil {
+		n = *st
+	}
 	var stmts []string
 	if n.sql > 0 {
 		stmts = append(stmts, t.parse)
@@ -433,55 +436,41 @@ func (w *Warehouse) recordBatch(ctx context.Context, b Batch) error {
 	return err
 }
 
-// staged counts a table's envelopes of a batch: those its flat decoder
-// read, and those parseSQL decodes.
-type staged struct{ flat, sql int }
+// staged is a table's part of a batch being staged: how many of its
+// envelopes its flat decoder read and how many parseSQL decodes, and,
+// while staging, the Appender of its flat table.
+type staged struct {
+	flat, sql int
+	appender  *duckdb.Appender
+}
 
 // stage appends the envelopes of the batch with the Appender (row-by-row
 // INSERT is two orders of magnitude slower): those a table's flat
-// decoder reads to its flat table, the rest raw to the TEMP staging
-// table. There, a record of a topic without a schema gets table -1 and
-// keeps its topic (no other record does: a string a row costs the
-// appender a sixth of its time), one that is not UTF-8 text keeps its
-// bytes in raw; both become dead letters.
+// decoder reads to its flat table, made when its first one comes, the
+// rest raw to the TEMP staging table. There, a record of a topic without
+// a schema gets table -1 and keeps its topic (no other record does: a
+// string a row costs the appender a sixth of its time), one that is not
+// UTF-8 text keeps its bytes in raw; both become dead letters.
 func (w *Warehouse) stage(ctx context.Context, recs []Record) error {
 	if err := w.resetScratch(ctx, "lakeflow_stage", "lakeflow_dead"); err != nil {
 		return err
 	}
-	w.staged = map[*table]staged{}
-	flat := map[*table]bool{}
-	for _, r := range recs {
-		if t := w.byTopic[r.Topic]; t != nil && t.flat != nil {
-			flat[t] = true
-		}
-	}
-	for t := range flat {
-		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s (%s)", flatTable(t.id), t.flat.ddl())); err != nil {
-			return err
-		}
-	}
+	w.staged = map[*table]*staged{}
 	if len(recs) == 0 {
 		return nil
 	}
 	return w.conn.Raw(func(dc any) error {
-		appenders := map[*table]*duckdb.Appender{}
-		appender := func(t *table) (*duckdb.Appender, error) {
-			a := appenders[t]
-			if a != nil {
-				return a, nil
-			}
-			name := "lakeflow_stage"
-			if t != nil {
-				name = flatTable(t.id)
-			}
-			a, err := duckdb.NewAppender(dc.(driver.Conn), "temp", "main", name)
-			appenders[t] = a
-			return a, err
+		conn := dc.(driver.Conn)
+		raw, err := duckdb.NewAppender(conn, "temp", "main", "lakeflow_stage")
+		if err != nil {
+			return err
 		}
-		err := w.appendRecords(recs, appender)
-		for _, a := range appenders {
-			if a != nil {
-				err = errors.Join(err, a.Close())
+		err = w.appendRecords(ctx, conn, raw, recs)
+		err = errors.Join(err, raw.Close())
+		for _, st := range w.staged {
+			if st.appender != nil {
+				err = errors.Join(err, st.appender.Close())
+				st.appender = nil
 			}
 		}
 		return err
@@ -489,42 +478,49 @@ func (w *Warehouse) stage(ctx context.Context, recs []Record) error {
 }
 
 // appendRecords appends each record to its flat table if its table's flat
-// decoder reads it, else to the staging table (appender(nil)).
-func (w *Warehouse) appendRecords(recs []Record, appender func(*table) (*duckdb.Appender, error)) error {
+// decoder reads it, else to the staging table (raw).
+func (w *Warehouse) appendRecords(ctx context.Context, conn driver.Conn, raw *duckdb.Appender, recs []Record) error {
 	for _, r := range recs {
 		t := w.byTopic[r.Topic]
+		var st *staged
+		if t != nil {
+			if st = w.staged[t]; st == nil {
+				st = &staged{}
+				w.staged[t] = st
+			}
+		}
 		valid := utf8.Valid(r.Value)
-		n := w.staged[t]
 		if t != nil && t.flat != nil && valid && t.flat.decode(r.Value) {
+			if st.appender == nil {
+				if _, err := conn.(driver.ExecerContext).ExecContext(ctx,
+					fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s (%s)", flatTable(t.id), t.flat.ddl()), nil); err != nil {
+					return err
+				}
+				a, err := duckdb.NewAppender(conn, "temp", "main", flatTable(t.id))
+				if err != nil {
+					return err
+				}
+				st.appender = a
+			}
 			row := t.flat.row
 			meta := row[len(row)-flatFields:]
 			meta[flatPartition], meta[flatOffset] = r.Partition, r.Offset
-			a, err := appender(t)
-			if err == nil {
-				err = a.AppendRow(row...)
-			}
-			if err != nil {
+			if err := st.appender.AppendRow(row...); err != nil {
 				return err
 			}
-			n.flat++
-			w.staged[t] = n
+			st.flat++
 			continue
 		}
 		var id, topic any = int32(-1), r.Topic
 		if t != nil {
 			id, topic = int32(t.id), nil
-			n.sql++
-			w.staged[t] = n
+			st.sql++
 		}
-		var v, raw any = r.Value, nil
+		var v, rawValue any = r.Value, nil
 		if !valid {
-			v, raw = nil, r.Value
+			v, rawValue = nil, r.Value
 		}
-		a, err := appender(nil)
-		if err == nil {
-			err = a.AppendRow(id, topic, r.Partition, r.Offset, v, raw)
-		}
-		if err != nil {
+		if err := raw.AppendRow(id, topic, r.Partition, r.Offset, v, rawValue); err != nil {
 			return err
 		}
 	}

@@ -208,7 +208,7 @@ func TestFlatDecoderAgreesWithParseSQL(t *testing.T) {
 		if err := f.wh.stage(ctx, recs); err != nil {
 			t.Fatal(err)
 		}
-		n := f.wh.staged[tb]
+		n := *f.wh.staged[tb]
 		if err := f.wh.decodeRows(ctx, tb); err != nil {
 			t.Fatal(err)
 		}

@@ -68,7 +68,7 @@ type Warehouse struct {
 	complete change.LSN
 	// staged counts the batch's envelopes of each table by who decodes
 	// them.
-	staged map[*table]staged
+	staged map[*table]*staged
 	// beforeCommit, if set, runs just before a batch commits (tests).
 	beforeCommit func()
 }
