@@ -129,15 +129,7 @@ func NewProducer(cfg Config, log *slog.Logger) (*Producer, error) {
 	// The client's goroutines (batching, compression, requests) work for
 	// the produce stage.
 	stage.Within(stage.Produce, func() {
-		cl, err = newClient(cfg.Brokers,
-			kgo.RecordPartitioner(kgo.ManualPartitioner()),
-			kgo.ProducerBatchCompression(kgo.Lz4Compression()),
-			kgo.ProducerBatchMaxBytes(MaxMessageBytes),
-			kgo.MaxBufferedRecords(20000),
-			kgo.MaxBufferedBytes(ProducerBufferBytes),
-			kgo.RecordDeliveryTimeout(deliveryTimeout),
-			kgo.ProducerLinger(5*time.Millisecond),
-		)
+		cl, err = newClient(cfg.Brokers, producerOpts(kgo.ZstdCompression())...)
 	})
 	if err != nil {
 		return nil, err
@@ -152,6 +144,25 @@ func NewProducer(cfg Config, log *slog.Logger) (*Producer, error) {
 	}
 	go p.watermarks()
 	return p, nil
+}
+
+// producerOpts are the producer's client options, with the batch
+// compression codec. zstd: BenchmarkCodec (the demo's order envelopes,
+// producer to broker to consumer) measured its CPU per event below lz4's
+// in five of seven rounds and within 10% in the other two (means 5.0 and
+// 6.2 µs, snappy 5.4; uncompressed, the broker writes 651 bytes an event
+// and costs more), and the broker keeps 65 bytes an event against lz4's
+// 113 and snappy's 121, so retention_bytes holds 1.7 times as many.
+func producerOpts(codec kgo.CompressionCodec) []kgo.Opt {
+	return []kgo.Opt{
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(codec),
+		kgo.ProducerBatchMaxBytes(MaxMessageBytes),
+		kgo.MaxBufferedRecords(20000),
+		kgo.MaxBufferedBytes(ProducerBufferBytes),
+		kgo.RecordDeliveryTimeout(deliveryTimeout),
+		kgo.ProducerLinger(5 * time.Millisecond),
+	}
 }
 
 // Close stops the watermarks and releases the client; call Flush first.
