@@ -25,43 +25,9 @@ import (
 // topic (the second table of a snapshot that outgrew a batch) makes the
 // consumer read it, instead of waiting for it forever.
 func TestWatermarkOfATableNotYetReadDoesNotStall(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
 	ctx := context.Background()
-	kcfg := kafka.Config{Brokers: cluster.ListenAddrs(), Prefix: "lf", Partitions: 1, Database: "db", Retention: time.Hour, RetentionBytes: 1 << 30}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	col := func() []change.Column {
-		return []change.Column{{Name: "id", Type: change.Type{Kind: change.KindInt8, Name: "bigint"}, Key: true}}
-	}
-	ta := &change.Table{Schema: "public", Name: "big", Columns: col()}
-	tc := &change.Table{Schema: "public", Name: "small", Columns: col()}
-	snap := func(tbl *change.Table, id int) *change.Event {
-		return &change.Event{Table: tbl, Op: change.OpRead, Pos: change.Position{Seq: 1000}, LSN: 1000, Commit: 1700000000000000, Snapshot: change.SnapshotRow,
-			After: []change.Datum{{Text: []byte(fmt.Sprint(id))}}}
-	}
-	p, err := kafka.NewProducer(kcfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	dir := t.TempDir()
-	lk, _ := lake.Open(filepath.Join(dir, "lake"))
-	wh, err := warehouse.Open(ctx, config.Warehouse{Path: filepath.Join(dir, "wh.duckdb")}, lk, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wh.Close()
-	cons, _ := kafka.NewConsumer(kcfg)
-	defer cons.Close()
-	c := &consumer{cfg: config.Pipeline{BatchEvents: 2, BatchBytes: 1 << 26, BatchInterval: time.Second}, kcfg: kcfg, slot: "s",
-		kafka: cons, wh: wh, log: log, sourceDone: make(chan struct{}), follow: true}
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() { errc <- c.run(cctx) }()
+	p, c, errc := snapshotConsumer(t, config.Pipeline{BatchEvents: 2, BatchBytes: 1 << 26, BatchInterval: time.Second})
+	ta, tc := idTable("big"), idTable("small")
 	// Snapshot: the big table (more than the hard limit of 8), then the small one.
 	p.Schema(ctx, ta)
 	for i := 0; i < 11; i++ {
@@ -75,10 +41,78 @@ func TestWatermarkOfATableNotYetReadDoesNotStall(t *testing.T) {
 	p.Event(ctx, snap(tc, 1))
 	p.EndTxn(change.Boundary{Seq: 1000, End: 1000})
 	p.Flush(ctx)
+	awaitConsumer(t, c, errc, func() bool { return change.LSN(c.applied.Load()) >= 1000 && c.stats.events.Load() == 12 })
+}
+
+// TestSchemaOfATableNotYetReadWhileRecordsAreHeld: the consumer holds a
+// snapshot's first table, short of batch_bytes, when the next table's
+// schema and rows arrive, with no watermark until the snapshot ends (a
+// lock on a later table can hold it for good): it must read that schema
+// while it holds records, and apply what fills batch_bytes.
+func TestSchemaOfATableNotYetReadWhileRecordsAreHeld(t *testing.T) {
+	ctx := context.Background()
+	p, c, errc := snapshotConsumer(t, config.Pipeline{BatchEvents: 1 << 20, BatchBytes: 4 << 10, BatchInterval: 50 * time.Millisecond})
+	small, big := idTable("small"), idTable("big")
+	p.Schema(ctx, small)
+	p.Event(ctx, snap(small, 1))
+	p.Flush(ctx)
+	// Held: the consumer reads the first schema while idle, then the row.
+	time.Sleep(500 * time.Millisecond)
+	p.Schema(ctx, big)
+	for i := range 100 {
+		p.Event(ctx, snap(big, i))
+	}
+	p.Flush(ctx)
+	awaitConsumer(t, c, errc, func() bool { return c.stats.batches.Load() > 0 })
+}
+
+// snapshotConsumer runs a consumer of pcfg over an in-memory broker, with
+// the producer that feeds it.
+func snapshotConsumer(t *testing.T, pcfg config.Pipeline) (*kafka.Producer, *consumer, <-chan error) {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	ctx := context.Background()
+	kcfg := kafka.Config{Brokers: cluster.ListenAddrs(), Prefix: "lf", Partitions: 1, Database: "db", Retention: time.Hour, RetentionBytes: 1 << 30}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	p, err := kafka.NewProducer(kcfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	dir := t.TempDir()
+	lk, _ := lake.Open(filepath.Join(dir, "lake"))
+	wh, err := warehouse.Open(ctx, config.Warehouse{Path: filepath.Join(dir, "wh.duckdb")}, lk, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, _ := kafka.NewConsumer(kcfg)
+	c := &consumer{cfg: pcfg, kcfg: kcfg, slot: "s", kafka: cons, wh: wh, log: log, sourceDone: make(chan struct{}), follow: true}
+	cctx, cancel := context.WithCancel(ctx)
+	errc, stopped := make(chan error, 1), make(chan struct{})
+	go func() {
+		errc <- c.run(cctx)
+		close(stopped)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-stopped
+		cons.Close()
+		wh.Close()
+	})
+	return p, c, errc
+}
+
+// awaitConsumer waits up to 30 s for done, failing if the consumer stops.
+func awaitConsumer(t *testing.T, c *consumer, errc <-chan error, done func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for change.LSN(c.applied.Load()) < 1000 || c.stats.events.Load() != 12 {
+	for !done() {
 		if time.Now().After(deadline) {
-			t.Fatalf("stalled: %d events applied, slot position %d", c.stats.events.Load(), c.applied.Load())
+			t.Fatalf("stalled: %d batches, %d events applied, slot position %d", c.stats.batches.Load(), c.stats.events.Load(), c.applied.Load())
 		}
 		select {
 		case err := <-errc:
@@ -86,6 +120,17 @@ func TestWatermarkOfATableNotYetReadDoesNotStall(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// idTable is a table of one bigint key column.
+func idTable(name string) *change.Table {
+	return &change.Table{Schema: "public", Name: name, Columns: []change.Column{{Name: "id", Type: change.Type{Kind: change.KindInt8, Name: "bigint"}, Key: true}}}
+}
+
+// snap is a snapshot row of an idTable.
+func snap(tbl *change.Table, id int) *change.Event {
+	return &change.Event{Table: tbl, Op: change.OpRead, Pos: change.Position{Seq: 1000}, LSN: 1000, Commit: 1700000000000000, Snapshot: change.SnapshotRow,
+		After: []change.Datum{{Text: []byte(fmt.Sprint(id))}}}
 }
 
 // TestRestartMidTransactionLosesNothing: T1 writes tables a and b, T2
