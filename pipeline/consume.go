@@ -456,6 +456,10 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 	// records and the run stops, so that finish does not apply it again
 	// and overwrite its staged lake files; the next start publishes them).
 	maps.Copy(c.committed, batch.Positions)
+	// The batch read the schema topic when it began: the loop's next look
+	// is due batch_interval after it ended, not after it began (a long
+	// batch would have it look again straight away).
+	c.synced = time.Now()
 	if m != nil {
 		c.dropMarks(m.offset)
 	}

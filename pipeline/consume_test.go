@@ -56,8 +56,10 @@ func TestSchemaOfATableNotYetReadWhileRecordsAreHeld(t *testing.T) {
 	p.Schema(ctx, small)
 	p.Event(ctx, snap(small, 1))
 	p.Flush(ctx)
-	// Held: the consumer reads the first schema while idle, then the row.
-	time.Sleep(500 * time.Millisecond)
+	// Held: the consumer reads the first schema while idle (every 50 ms),
+	// then the row. (Should it not have by then, the test passes without
+	// the fix, never fails with it.)
+	time.Sleep(time.Second)
 	p.Schema(ctx, big)
 	for i := range 100 {
 		p.Event(ctx, snap(big, i))
