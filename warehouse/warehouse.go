@@ -525,9 +525,13 @@ var scratch = map[string]string{
 // the staged envelopes, the decoded rows and the merge's intermediates
 // take as much memory as the batch itself, and kept until the next batch
 // replaces them they would double DuckDB's peak (lakeflow_known is the
-// session's, not the batch's), then has DuckDB's allocator hand the freed
-// pages back. It runs after a commit, so a cancel (Ctrl-C) does not stop
-// it: the batch is done either way.
+// session's, not the batch's). It runs after a commit, so a cancel
+// (Ctrl-C) does not stop it: the batch is done either way. The pages
+// DuckDB's allocator holds freed are not purged here: the next batch of a
+// backlog faults them in again (a replay of 1.4M events: 59 s and 65 s of
+// CPU without the purge against 72 s and 80 s with it, alternated, peak
+// RSS within the spread); jemalloc returns them once they have been idle
+// for its decay time.
 func (w *Warehouse) releaseScratch(ctx context.Context) error {
 	ctx = context.WithoutCancel(ctx)
 	rows, err := w.conn.QueryContext(ctx, "SELECT table_name FROM duckdb_tables() WHERE temporary AND table_name <> 'lakeflow_known'")
@@ -550,11 +554,7 @@ func (w *Warehouse) releaseScratch(ctx context.Context) error {
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return err
 	}
-	if err := errors.Join(w.resetScratch(ctx, reset...), w.exec(ctx, drops)); err != nil {
-		return err
-	}
-	purgeAllocator()
-	return nil
+	return errors.Join(w.resetScratch(ctx, reset...), w.exec(ctx, drops))
 }
 
 // resetScratch empties scratch tables by creating them again: DuckDB

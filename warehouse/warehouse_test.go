@@ -686,15 +686,6 @@ func TestStagedEnvelopesGoBeforeTheMerge(t *testing.T) {
 2 b ∅ @100/2`)
 }
 
-// TestAllocatorPurges: the DuckDB library lakeflow links has the jemalloc
-// releaseScratch purges; a build without it would keep a batch's freed
-// pages (150-250 MB in a backlog) for seconds.
-func TestAllocatorPurges(t *testing.T) {
-	if !purgeAllocator() {
-		t.Fatal("DuckDB's allocator cannot be purged (no duckdb_je_mallctl in the linked library)")
-	}
-}
-
 // TestInMemoryViewSpillsOutsideTheWorkingDirectory: an asof answer is
 // an in-memory DuckDB; past its memory limit DuckDB spills it, by default
 // into .tmp under the working directory. It spills into a directory of
