@@ -19,6 +19,7 @@ import (
 	"github.com/lakeflow/lakeflow/contracts"
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/demo"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/lake"
 )
@@ -419,15 +420,7 @@ func benchmarkApply(b *testing.B, rules string) {
 		b.Fatal(err)
 	}
 	defer wh.Close()
-	orders := &change.Table{Schema: "public", Name: "orders", Columns: []change.Column{
-		{Name: "id", Type: change.Type{Kind: change.KindInt8, Name: "bigint"}, Key: true},
-		{Name: "customer_id", Type: change.Type{Kind: change.KindInt8, Name: "bigint"}},
-		{Name: "status", Type: change.Type{Kind: change.KindText, Name: "text"}},
-		{Name: "total_cents", Type: change.Type{Kind: change.KindInt8, Name: "bigint"}},
-		{Name: "currency", Type: change.Type{Kind: change.KindText, Name: "text"}},
-		{Name: "created_at", Type: change.Type{Kind: change.KindTimestampTZ, Name: "timestamp with time zone"}},
-		{Name: "updated_at", Type: change.Type{Kind: change.KindTimestampTZ, Name: "timestamp with time zone"}},
-	}}
+	orders := demo.OrdersTable()
 	const tp = "lf.public.orders"
 	if err := wh.ApplySchemas(context.Background(), []Schema{{tp, orders}}, "lf._schemas", schemaPos(1), nil); err != nil {
 		b.Fatal(err)

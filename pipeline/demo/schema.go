@@ -12,9 +12,24 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 )
+
+// OrdersTable is the orders table of DDL as the source describes it, for
+// benchmarks that need the demo's shape without a database.
+func OrdersTable() *change.Table {
+	return &change.Table{Schema: "public", Name: "orders", Columns: []change.Column{
+		{Name: "id", Type: change.Type{Kind: change.KindInt8, Name: "bigint"}, Key: true},
+		{Name: "customer_id", Type: change.Type{Kind: change.KindInt8, Name: "bigint"}},
+		{Name: "status", Type: change.Type{Kind: change.KindText, Name: "text"}},
+		{Name: "total_cents", Type: change.Type{Kind: change.KindInt8, Name: "bigint"}},
+		{Name: "currency", Type: change.Type{Kind: change.KindText, Name: "text"}},
+		{Name: "created_at", Type: change.Type{Kind: change.KindTimestampTZ, Name: "timestamp with time zone"}},
+		{Name: "updated_at", Type: change.Type{Kind: change.KindTimestampTZ, Name: "timestamp with time zone"}},
+	}}
+}
 
 // DDL creates the demo tables; every one logs full rows.
 const DDL = `

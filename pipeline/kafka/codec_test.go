@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/demo"
 )
 
 // BenchmarkCodec moves envelopes of the demo's orders through the
@@ -85,15 +86,7 @@ func BenchmarkCodec(b *testing.B) {
 // demoOrders is n envelopes of inserts and updates of orders, shaped and
 // varied as the demo's are.
 func demoOrders(n int) [][]byte {
-	t := &change.Table{Schema: "public", Name: "orders", Columns: []change.Column{
-		{Name: "id", Type: change.Type{Kind: change.KindInt8, Name: "bigint"}, Key: true},
-		{Name: "customer_id", Type: change.Type{Kind: change.KindInt8, Name: "bigint"}},
-		{Name: "status", Type: change.Type{Kind: change.KindText, Name: "text"}},
-		{Name: "total_cents", Type: change.Type{Kind: change.KindInt8, Name: "bigint"}},
-		{Name: "currency", Type: change.Type{Kind: change.KindText, Name: "text"}},
-		{Name: "created_at", Type: change.Type{Kind: change.KindTimestampTZ, Name: "timestamp with time zone"}},
-		{Name: "updated_at", Type: change.Type{Kind: change.KindTimestampTZ, Name: "timestamp with time zone"}},
-	}}
+	t := demo.OrdersTable()
 	env := change.Envelope{Name: "lakeflow", Database: "shop"}
 	statuses := []string{"pending", "paid", "shipped", "delivered", "cancelled"}
 	text := func(s string) change.Datum { return change.Datum{Text: []byte(s)} }
