@@ -136,13 +136,13 @@ func (c *consumer) run(ctx context.Context) error {
 			}
 			return err
 		}
-		// New tables show up in the schema topic: look once no batch has
-		// (each looks first) for batch_interval, records held or not. Held
-		// records may make no batch until a table not read yet adds its
-		// own: a snapshot's first tables, held short of batch_bytes, wait
-		// for the next one's rows, and there is no watermark to name that
-		// table until the snapshot ends. Gold marts refreshed at an
-		// interval come due: refresh them while idle.
+		// New tables show up in the schema topic. A batch reads it first;
+		// when none has run for batch_interval, look here, records held
+		// or not: held records may make no batch until a table not read
+		// yet adds its own (a snapshot's first tables, held short of
+		// batch_bytes, wait for the next one's rows, and no watermark
+		// names that table until the snapshot ends). Gold marts refreshed
+		// at an interval come due: refresh them while idle.
 		if time.Since(c.synced) >= c.cfg.BatchInterval {
 			err := c.syncSchemas(ctx)
 			if err == nil && len(c.pending) == 0 {

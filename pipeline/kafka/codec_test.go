@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -44,8 +43,7 @@ func BenchmarkCodec(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer broker.Close()
-			cfg := producerOpts(c.codec)
-			prod, err := newClient([]string{broker.Addr()}, cfg...)
+			prod, err := newClient([]string{broker.Addr()}, producerOpts(c.codec)...)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -131,7 +129,7 @@ func diskBytes(b *testing.B, dir string) int64 {
 		return err
 	})
 	if err != nil {
-		b.Fatal(fmt.Errorf("size of %s: %w", dir, err))
+		b.Fatalf("size of %s: %v", dir, err)
 	}
 	return n
 }
