@@ -45,8 +45,8 @@ type Warehouse struct {
 	// event at or before it is in the lake and in silver.
 	floor change.LSN
 	// batch is the number of the last committed batch; published, the
-	// last one Publish copied (-1: none yet), set by Publish, which runs
-	// beside the stream.
+	// last one a published copy holds (-1: none yet), set by Copy.Publish,
+	// which runs beside the stream.
 	batch     int64
 	published atomic.Int64
 	// midTransaction says the last batch did not end at a watermark: the

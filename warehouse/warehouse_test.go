@@ -827,7 +827,7 @@ func TestPublishConsistentWaitsForTheTransactionsEnd(t *testing.T) {
 	path := filepath.Join(f.dir, "published.duckdb")
 	ctx := context.Background()
 	f.apply(f.rec(change.OpCreate, 100, 1, "1", "cut", "")) // a batch cut inside a transaction
-	if _, err := f.wh.PublishConsistent(ctx, path); !errors.Is(err, ErrMidTransaction) {
+	if err := publishConsistent(ctx, f.wh, path); !errors.Is(err, ErrMidTransaction) {
 		t.Fatalf("PublishConsistent after a batch that ends mid-transaction: %v, want ErrMidTransaction", err)
 	}
 	if left, _ := filepath.Glob(filepath.Join(f.dir, "published.duckdb*")); len(left) != 0 {
@@ -853,11 +853,126 @@ func TestPublishConsistentWaitsForTheTransactionsEnd(t *testing.T) {
 	if _, err := f.wh.Apply(ctx, consistentBatch(f.rec(change.OpUpdate, 100, 2, "1", "whole", ""))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.wh.PublishConsistent(ctx, path); err != nil {
+	if err := publishConsistent(ctx, f.wh, path); err != nil {
 		t.Fatal(err)
 	}
 	if b, c := published(); b != 2 || !c {
 		t.Errorf("PublishConsistent: batch %d consistent %t, want batch 2, consistent", b, c)
+	}
+}
+
+// publishConsistent publishes the way a run does beside the stream.
+func publishConsistent(ctx context.Context, w *Warehouse, path string) error {
+	if err := w.Checkpoint(ctx); err != nil {
+		return err
+	}
+	c, err := w.Capture(ctx, path, true)
+	if err != nil {
+		return err
+	}
+	return c.Publish(ctx)
+}
+
+// TestCopyHoldsTheCheckpoint: the file holds still between checkpoints
+// (DuckDB writes committed batches to its log; appends too large for it,
+// to free blocks of the file), so a copy made after batches and appends
+// beside a checkpoint holds the checkpoint's batches, and says so.
+func TestCopyHoldsTheCheckpoint(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	ctx := context.Background()
+	for i, name := range []string{"checkpointed", "in the log"} {
+		if _, err := f.wh.Apply(ctx, consistentBatch(f.rec(change.OpUpdate, 100*(i+1), 1, "1", name, ""))); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if err := f.wh.Checkpoint(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Appends of more than a row group (122,880 rows), one committed, one
+	// open while the file is copied.
+	append := func(conn *sql.Conn, from int) {
+		t.Helper()
+		if _, err := conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO silver.acct (id, name, _cdc_seq, _cdc_ord, _commit_ts, _deleted)
+			SELECT range, 'appended', 1, 0, now(), false FROM range(%d, %d)`, from, from+300_000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	committed, err := f.wh.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer committed.Close()
+	append(committed, 1_000_000)
+	open, err := f.wh.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	if _, err := open.ExecContext(ctx, "BEGIN TRANSACTION"); err != nil {
+		t.Fatal(err)
+	}
+	append(open, 2_000_000)
+	defer open.ExecContext(ctx, "ROLLBACK")
+	path := filepath.Join(f.dir, "published.duckdb")
+	c, err := f.wh.Capture(ctx, path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("duckdb", path+"?access_mode=READ_ONLY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var name string
+	var batch int
+	if err := db.QueryRow("SELECT (SELECT string_agg(name) FROM silver.acct), (SELECT batch FROM lakeflow.published)").Scan(&name, &batch); err != nil {
+		t.Fatal(err)
+	}
+	if name != "checkpointed" || batch != 1 {
+		t.Errorf("copy holds %q and says batch %d, want the checkpoint's: \"checkpointed\", batch 1", name, batch)
+	}
+	if !f.wh.Unpublished() {
+		t.Error("the batch after the checkpoint counts as published")
+	}
+}
+
+// TestNoCopyWithoutACheckpoint: while another transaction changes the
+// catalog DuckDB refuses the checkpoint, and the file lacks the batches
+// in its log: Publish makes no copy, and the next one, once the
+// transaction ended, does.
+func TestNoCopyWithoutACheckpoint(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	ctx := context.Background()
+	f.apply(f.rec(change.OpCreate, 100, 1, "1", "a", ""))
+	conn, err := f.wh.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range []string{"BEGIN TRANSACTION", "CREATE TABLE lakeflow.blocker (i INTEGER)"} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(f.dir, "published.duckdb")
+	if _, err := f.wh.Publish(ctx, path); !errors.Is(err, ErrCheckpointBusy) {
+		t.Fatalf("Publish beside a transaction that changes the catalog: %v, want the checkpoint refused", err)
+	}
+	if left, _ := filepath.Glob(path + "*"); len(left) != 0 {
+		t.Fatalf("no copy wanted, found %v", left)
+	}
+	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.wh.Publish(ctx, path); err != nil {
+		t.Fatalf("Publish once the transaction ended: %v", err)
 	}
 }
 

@@ -162,9 +162,9 @@ func measurePublishing(sizes string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Println("publishing warehouse.path (copy of the live warehouse, synced, renamed into place):")
+	fmt.Println("publishing warehouse.path (the live file checkpointed and copied, then synced and renamed into place):")
 	for _, c := range costs {
-		fmt.Printf("  %6.2f GB: %6.2f s  (%.0f MB/s)\n", float64(c.Bytes)/1e9, c.Seconds, float64(c.Bytes)/1e6/c.Seconds)
+		fmt.Printf("  %6.2f GB: %6.2f s  (%.0f MB/s), batches held up %.2f s\n", float64(c.Bytes)/1e9, c.Seconds, float64(c.Bytes)/1e6/c.Seconds, c.Held)
 	}
 	return nil
 }
@@ -531,13 +531,18 @@ func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn string) (FreshnessRe
 	if err != nil {
 		return r, err
 	}
-	var published []time.Time // when each copy began
-	re := regexp.MustCompile(`time=(\S+) level=DEBUG msg="warehouse published" path=\S+ took=(\S+)`)
+	// When each copy was in place, and the batch it holds.
+	type copied struct {
+		at    time.Time
+		batch int64
+	}
+	var published []copied
+	re := regexp.MustCompile(`time=(\S+) level=DEBUG msg="warehouse published" .* batch=(\d+)`)
 	for _, m := range re.FindAllStringSubmatch(log.String(), -1) {
 		at, err1 := time.Parse(time.RFC3339Nano, m[1])
-		took, err2 := time.ParseDuration(m[2])
+		batch, err2 := strconv.ParseInt(m[2], 10, 64)
 		if err1 == nil && err2 == nil {
-			published = append(published, at.Add(-took))
+			published = append(published, copied{at, batch})
 		}
 	}
 	files, err := filepath.Glob(filepath.Join(lakeDir, "*", "*", "*.parquet"))
@@ -549,9 +554,9 @@ func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn string) (FreshnessRe
 	for i, f := range files {
 		lits[i] = "'" + f + "'"
 	}
-	out, err := exec.Command(bin, "--config", cfgFile, "sql", "--format", "csv", fmt.Sprintf(`SELECT epoch_us(e._commit_ts), epoch_us(b.committed_at), count(*)
+	out, err := exec.Command(bin, "--config", cfgFile, "sql", "--format", "csv", fmt.Sprintf(`SELECT epoch_us(e._commit_ts), epoch_us(b.committed_at), b.batch, count(*)
 		FROM read_parquet([%s], union_by_name = true) e
-		ASOF JOIN (SELECT lsn, committed_at FROM lakeflow.batches WHERE consistent AND lsn IS NOT NULL) b ON e._cdc_seq <= b.lsn
+		ASOF JOIN (SELECT lsn, committed_at, batch FROM lakeflow.batches WHERE consistent AND lsn IS NOT NULL) b ON e._cdc_seq <= b.lsn
 		WHERE e._commit_ts >= make_timestamptz(%d) GROUP BY ALL`, strings.Join(lits, ", "), t0.UnixMicro())).CombinedOutput()
 	if err != nil {
 		return r, fmt.Errorf("lakeflow sql: %v: %s", err, out)
@@ -559,8 +564,8 @@ func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn string) (FreshnessRe
 	var silver, pub []float64
 	batches := map[int64]bool{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n")[1:] {
-		var commit, applied, n int64
-		if _, err := fmt.Sscanf(line, "%d,%d,%d", &commit, &applied, &n); err != nil {
+		var commit, applied, batch, n int64
+		if _, err := fmt.Sscanf(line, "%d,%d,%d,%d", &commit, &applied, &batch, &n); err != nil {
 			continue
 		}
 		batches[applied] = true
@@ -568,9 +573,9 @@ func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn string) (FreshnessRe
 			silver = append(silver, float64(applied-commit)/1e6)
 		}
 		for _, p := range published {
-			if p.UnixMicro() >= applied {
+			if p.batch >= batch {
 				for range n {
-					pub = append(pub, float64(p.UnixMicro()-commit)/1e6)
+					pub = append(pub, float64(p.at.UnixMicro()-commit)/1e6)
 				}
 				break
 			}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/lake"
@@ -20,6 +21,9 @@ import (
 type PublishCost struct {
 	Bytes   int64   `json:"bytes"`
 	Seconds float64 `json:"seconds"`
+	// Held is the part that holds batches up: the file's copy (a batch
+	// that changes rows also waits for a checkpoint that runs).
+	Held float64 `json:"held_seconds"`
 }
 
 // publishCosts measures lakeflow's publishing (a transaction-consistent
@@ -62,7 +66,19 @@ func publishCosts(ctx context.Context, work, sizes string) ([]PublishCost, error
 			return nil, err
 		}
 		step("publishing a %g GB warehouse", gb)
-		took, err := wh.Publish(ctx, filepath.Join(dir, "warehouse.duckdb"))
+		// As run --follow does it: the checkpoint, the file's copy
+		// (batches wait), the rest.
+		var took time.Duration
+		var c *warehouse.Copy
+		t0 := time.Now()
+		err = wh.Checkpoint(ctx)
+		if err == nil {
+			c, err = wh.Capture(ctx, filepath.Join(dir, "warehouse.duckdb"), false)
+		}
+		if err == nil {
+			err = c.Publish(ctx)
+			took = time.Since(t0)
+		}
 		wh.Close()
 		if err != nil {
 			return nil, err
@@ -71,7 +87,7 @@ func publishCosts(ctx context.Context, work, sizes string) ([]PublishCost, error
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, PublishCost{Bytes: fi.Size(), Seconds: took.Seconds()})
+		out = append(out, PublishCost{Bytes: fi.Size(), Seconds: took.Seconds(), Held: c.Held.Seconds()})
 		os.RemoveAll(dir)
 	}
 	return out, nil
