@@ -1,13 +1,17 @@
 package pipeline
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/lake"
+	"github.com/lakeflow/lakeflow/warehouse"
 )
 
 // TestLiveStartsFromAnOlderLayout: a data directory whose warehouse.path
@@ -42,5 +46,45 @@ func TestLiveStartsFromAnOlderLayout(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(cfg.Warehouse.Live); string(got) != "db" {
 		t.Fatalf("the live warehouse was overwritten: %q", got)
+	}
+}
+
+// TestPublisherCopiesInSteps: a due copy begins with the checkpoint
+// beside the stream; the file is copied at the next call between batches
+// and published beside the stream; the next copy waits for its interval.
+func TestPublisherCopiesInSteps(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	lk, err := lake.Open(filepath.Join(dir, "lake"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wh, err := warehouse.Open(ctx, config.Warehouse{Path: filepath.Join(dir, "live.duckdb"), MemoryLimit: 256 << 20}, lk, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wh.Close()
+	p := &publisher{wh: wh, path: filepath.Join(dir, "warehouse.duckdb"), interval: time.Hour, log: log}
+	if err := p.due(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if !p.checkpointing {
+		t.Fatal("a due copy did not begin with its checkpoint")
+	}
+	exists := func() bool { _, err := os.Stat(p.path); return err == nil }
+	for deadline := time.Now().Add(time.Minute); !exists() || p.running != nil; time.Sleep(10 * time.Millisecond) {
+		if err := p.due(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("nothing published in a minute")
+		}
+	}
+	if wh.Unpublished() {
+		t.Error("the copy does not count as published")
+	}
+	if err := p.due(ctx, false); err != nil || p.running != nil {
+		t.Errorf("a copy began before its interval (%v)", err)
 	}
 }
