@@ -85,14 +85,15 @@ func copyFile(src, dst string) error {
 // publisher publishes the live warehouse to warehouse.path every
 // publish_interval, four times as long as publishing took (so it never
 // takes more than a fifth of the machine's time), or ten times as long as
-// the copy held batches up, whichever is longest. A copy is made in three
-// steps (warehouse.Copy): the live file's checkpoint, in a goroutine of
-// its own while batches go on being applied; the file's copy, between
-// batches; and the copy's record, sync and rename, in a goroutine again.
-// While the consumer is behind (a backlog), copies are backlogCopies
-// times rarer: one made mid-backlog is stale within seconds (when a copy
-// cost a tenth of a core, copies every 5 s cost the bench's backlog run
-// with history and gold a tenth of its pace).
+// the copy held batches up, whichever is longest. The live file's
+// checkpoint and its copy are made between batches (a batch that updates
+// rows would wait for a checkpoint running beside it anyway), the copy's
+// record, sync and rename in a goroutine of its own while batches go on
+// being applied (warehouse.Copy). While the consumer is behind (a
+// backlog), copies are backlogCopies times rarer: one made mid-backlog is
+// stale within seconds (when a copy cost a tenth of a core, copies every
+// 5 s cost the bench's backlog run with history and gold a tenth of its
+// pace).
 type publisher struct {
 	wh       *warehouse.Warehouse
 	path     string
@@ -102,49 +103,37 @@ type publisher struct {
 	next, nextBehind time.Time
 	log              *slog.Logger
 	metrics          *metrics
-	// running gets the outcome of the step in flight (nil: none), the
-	// checkpoint if checkpointing.
-	running       chan error
-	checkpointing bool
-	// checkpointTook is how long the copy's checkpoint took.
-	checkpointTook time.Duration
+	// running gets the outcome of the copy being published (nil: none).
+	running chan error
 }
 
 // backlogCopies is how many times rarer copies are while the consumer is
 // behind.
 const backlogCopies = 6
 
-// due starts a copy if none runs, the interval has passed (a longer one
-// if the consumer is behind) and batches were committed since the last
-// copy began, the last of them consistent (a copy holds no transaction in
-// part); copies the file once its checkpoint is done; and takes in the
-// outcome of the copy. A copy that fails is retried after an interval:
-// the pipeline goes on (readers keep the last copy).
+// due makes a copy if none is being published, the interval has passed (a
+// longer one if the consumer is behind) and batches were committed since
+// the last copy, the last of them consistent (a copy holds no transaction
+// in part), and starts publishing it; and takes in the outcome of the
+// copy published. A copy that fails is retried after an interval: the
+// pipeline goes on (readers keep the last copy).
 func (p *publisher) due(ctx context.Context, behind bool) error {
 	if p == nil {
 		return nil
 	}
 	if p.running != nil {
-		var err error
 		select {
-		case err = <-p.running:
+		case err := <-p.running:
 			p.running = nil
+			switch {
+			case errors.Is(err, warehouse.ErrMidTransaction):
+				// A batch cut inside a large transaction committed since:
+				// the copy waits for the batch that ends it.
+			case err != nil:
+				return p.failed(ctx, err)
+			}
 		default:
 			return nil
-		}
-		checkpointed := p.checkpointing
-		p.checkpointing = false
-		switch {
-		case checkpointed && err == nil:
-			return p.capture(ctx)
-		case errors.Is(err, warehouse.ErrMidTransaction):
-			// A batch cut inside a large transaction committed since:
-			// the copy waits for the batch that ends it.
-		case errors.Is(err, warehouse.ErrCheckpointBusy):
-			// A batch had begun to change rows: again at the next gap.
-			return nil
-		case err != nil:
-			return p.failed(ctx, err)
 		}
 	}
 	next := p.next
@@ -154,36 +143,18 @@ func (p *publisher) due(ctx context.Context, behind bool) error {
 	if time.Now().Before(next) || !p.wh.Unpublished() || !p.wh.Consistent() {
 		return nil
 	}
-	t0 := time.Now()
-	p.start(func() error {
-		err := p.wh.Checkpoint(ctx)
-		p.checkpointTook = time.Since(t0)
-		return err
-	})
-	p.checkpointing = true
-	return nil
-}
-
-// start runs a step of a copy in a goroutine of its own.
-func (p *publisher) start(step func() error) {
-	done := make(chan error, 1)
-	p.running = done
-	go func() {
-		stage.Enter(stage.Publish)
-		done <- step()
-	}()
-}
-
-// capture copies the checkpointed file (the pipeline waits meanwhile)
-// and starts publishing the copy.
-func (p *publisher) capture(ctx context.Context) error {
 	stage.Enter(stage.Publish)
 	c, err := p.wh.Capture(ctx, p.path, true)
 	stage.Enter(stage.Fetch) // the consumer loop's, between batches
 	if err != nil {
 		return p.failed(ctx, err)
 	}
-	p.start(func() error { return p.publish(ctx, c) })
+	done := make(chan error, 1)
+	p.running = done
+	go func() {
+		stage.Enter(stage.Publish)
+		done <- p.publish(ctx, c)
+	}()
 	return nil
 }
 
@@ -205,7 +176,7 @@ func (p *publisher) publish(ctx context.Context, c *warehouse.Copy) error {
 	if err := c.Publish(ctx); err != nil {
 		return err
 	}
-	p.scheduled(p.checkpointTook+c.Took, c.Held, c.Batch)
+	p.scheduled(c.Took, c.Held, c.Batch)
 	return nil
 }
 
@@ -228,7 +199,7 @@ func (p *publisher) wait() {
 		if err := <-p.running; err != nil && !errors.Is(err, warehouse.ErrMidTransaction) {
 			p.log.Debug("the copy in flight was not published", "err", err)
 		}
-		p.running, p.checkpointing = nil, false
+		p.running = nil
 	}
 }
 
@@ -238,10 +209,9 @@ func (p *publisher) wait() {
 func (p *publisher) final(ctx context.Context) error {
 	p.wait()
 	stage.Enter(stage.Publish)
-	c, err := p.wh.Publish(context.WithoutCancel(ctx), p.path)
+	c, err := p.wh.Capture(context.WithoutCancel(ctx), p.path, false)
 	if err != nil {
 		return err
 	}
-	p.scheduled(c.Took, c.Took, c.Batch)
-	return nil
+	return p.publish(context.WithoutCancel(ctx), c)
 }

@@ -22,17 +22,16 @@ import (
 // reader keeps the copy it opened, a new one gets the newest, and neither
 // waits for the pipeline.
 //
-// A copy is the live file itself as its last checkpoint left it, copied
-// byte for byte (the kernel copies it: 45 MB in about 20 ms), not an
-// export: DuckDB's COPY FROM DATABASE decodes and encodes every row and
-// rebuilds every key's index, 1.8 s of CPU for the same 45 MB, and under a
-// steady load its copies every 5 s were 29% of lakeflow's CPU. Between
-// checkpoints DuckDB writes committed batches to its log, not to the
-// file, so the file holds still while no checkpoint runs: a checkpoint
-// runs beside the stream (Checkpoint), the copy between batches, whose
-// commits may start one (Capture), and the rest beside the stream again
-// (Copy.Publish). The copy is as large as the live file, and its free
-// blocks hold what they held there (superseded versions of rows).
+// A copy is the live file itself, checkpointed and copied byte for byte
+// (the kernel copies it: 45 MB in about 20 ms), not an export: DuckDB's
+// COPY FROM DATABASE decodes and encodes every row and rebuilds every
+// key's index, 1.8 s of CPU for the same 45 MB, and under a steady load
+// its copies every 5 s were 29% of lakeflow's CPU. Checkpoint and copy run
+// between batches (Capture): a checkpoint rewrites the file, and a batch
+// that updates rows waits for one running beside it anyway. The rest runs
+// beside the stream (Copy.Publish). The copy is as large as the live
+// file, and its free blocks hold what they held there (superseded
+// versions of rows).
 
 // ErrMidTransaction says a copy would have held part of a source
 // transaction (its last batch was not consistent): none was published.
@@ -43,48 +42,11 @@ var ErrMidTransaction = errors.New("the last batch ends inside a source transact
 // whether it ended at a source transaction boundary, and the source
 // position of the last one that did. It must not overlap a batch.
 func (w *Warehouse) Publish(ctx context.Context, path string) (*Copy, error) {
-	t0 := time.Now()
-	if err := w.Checkpoint(ctx); err != nil {
-		return nil, err
-	}
-	// No batch runs: a log the checkpoint left would hold batches the
-	// file does not.
-	if fi, err := os.Stat(w.path + ".wal"); err == nil && fi.Size() > 0 {
-		return nil, fmt.Errorf("publish: the checkpoint of %s left %d bytes in its log", w.path, fi.Size())
-	}
 	c, err := w.Capture(ctx, path, false)
 	if err != nil {
 		return nil, err
 	}
-	c.began = t0
 	return c, c.Publish(ctx)
-}
-
-// ErrCheckpointBusy says a transaction that changed rows or the catalog
-// was open: DuckDB made no checkpoint.
-var ErrCheckpointBusy = errors.New("a write transaction is open")
-
-// Checkpoint writes the batches committed so far into the live file. It
-// runs on a DuckDB connection of its own, beside Apply, but not without
-// it: DuckDB refuses a checkpoint while a transaction that updated,
-// deleted or changed the catalog is open (ErrCheckpointBusy), and a batch
-// that begins to do so while one runs waits for its end.
-func (w *Warehouse) Checkpoint(ctx context.Context) error {
-	if w.path == "" {
-		return errors.New("publish: an in-memory warehouse has no file to copy")
-	}
-	conn, err := w.db.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer discard(conn)
-	if _, err := conn.ExecContext(ctx, "CHECKPOINT"); err != nil {
-		if strings.Contains(err.Error(), "Cannot CHECKPOINT: there are other write transactions active") {
-			return fmt.Errorf("publish: checkpoint %s: %w", w.path, ErrCheckpointBusy)
-		}
-		return fmt.Errorf("publish: checkpoint %s: %w", w.path, err)
-	}
-	return nil
 }
 
 // discard closes a connection of its own for good: a cancelled statement
@@ -101,17 +63,17 @@ type Copy struct {
 	path, tmp      string
 	consistentOnly bool
 	began          time.Time
-	// Held is how long copying the file held batches up; Took, how long
-	// publishing took from then (from the checkpoint for
-	// Warehouse.Publish); Batch, the batch the published copy holds.
+	// Held is how long the checkpoint and the file's copy held batches
+	// up; Took, how long publishing took in all; Batch, the batch the
+	// published copy holds.
 	Held, Took time.Duration
 	Batch      int64
 }
 
-// Capture copies the live file, as its last checkpoint left it, beside
-// path under a temporary name, for Copy.Publish to finish. It must run
-// between batches, from the goroutine that applies them: a batch's commit
-// may start a checkpoint, which rewrites the file. With consistentOnly, a
+// Capture checkpoints the live warehouse (the file then holds every
+// committed batch, its log nothing) and copies the file beside path under
+// a temporary name, for Copy.Publish to finish. It must run between
+// batches, from the goroutine that applies them. With consistentOnly, a
 // copy whose last batch ends inside a source transaction is not published
 // (ErrMidTransaction, from Copy.Publish).
 func (w *Warehouse) Capture(ctx context.Context, path string, consistentOnly bool) (*Copy, error) {
@@ -131,6 +93,15 @@ func (w *Warehouse) Capture(ctx context.Context, path string, consistentOnly boo
 				return nil, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
 			}
 		}
+	}
+	if _, err := w.conn.ExecContext(ctx, "CHECKPOINT"); err != nil {
+		return nil, fmt.Errorf("publish: checkpoint %s: %w", w.path, err)
+	}
+	// No batch runs (DuckDB refuses a checkpoint while another
+	// transaction writes): a log the checkpoint left would hold batches
+	// the file does not.
+	if fi, err := os.Stat(w.path + ".wal"); err == nil && fi.Size() > 0 {
+		return nil, fmt.Errorf("publish: the checkpoint of %s left %d bytes in its log", w.path, fi.Size())
 	}
 	if err := copyBytes(w.path, c.tmp); err != nil {
 		os.Remove(c.tmp)

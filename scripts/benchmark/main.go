@@ -507,9 +507,9 @@ const (
 // steadyRate changes a second, stops it, and reads, for every change
 // made meanwhile, the time from its source commit to the commit of the
 // batch that applied it to silver (its lake file's _commit_ts, and
-// lakeflow.batches), and to the first copy published after that batch
-// (a copy holds the batches committed when it began: the run's log says
-// when each ended and how long it took).
+// lakeflow.batches), and to the first published copy that holds that
+// batch (the run's log says when each copy was in place and which batch
+// it holds).
 func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn string) (FreshnessResult, error) {
 	r := FreshnessResult{Rate: steadyRate}
 	cmd := exec.Command(bin, "--config", cfgFile, "--log-level", "debug", "run", "--follow")
