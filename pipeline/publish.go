@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -56,20 +55,8 @@ func ensureLive(cfg *config.Config, log *slog.Logger) error {
 
 // copyFile copies src to dst durably, under a temporary name first.
 func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
 	tmp := dst + ".copying"
-	out, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(out, in)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
+	err := lake.Copy(src, tmp)
 	if err == nil {
 		err = lake.Sync(tmp)
 	}

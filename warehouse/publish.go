@@ -6,7 +6,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,28 +102,12 @@ func (w *Warehouse) Capture(ctx context.Context, path string, consistentOnly boo
 	if fi, err := os.Stat(w.path + ".wal"); err == nil && fi.Size() > 0 {
 		return nil, fmt.Errorf("publish: the checkpoint of %s left %d bytes in its log", w.path, fi.Size())
 	}
-	if err := copyBytes(w.path, c.tmp); err != nil {
+	if err := lake.Copy(w.path, c.tmp); err != nil {
 		os.Remove(c.tmp)
 		return nil, fmt.Errorf("publish %s: %w", path, err)
 	}
 	c.Held = time.Since(c.began)
 	return c, nil
-}
-
-// copyBytes copies the file src to dst, a new file (the kernel copies
-// it: copy_file_range).
-func copyBytes(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(out, in)
-	return errors.Join(err, out.Close())
 }
 
 // Publish records in the copy which batch it holds (lakeflow.published),
@@ -194,6 +177,7 @@ func markPublished(ctx context.Context, conn *sql.Conn, tmp string) (batch int64
 	return batch, consistent, err
 }
 
+// exec runs statements on conn in order.
 func exec(ctx context.Context, conn *sql.Conn, stmts ...string) error {
 	for _, s := range stmts {
 		if _, err := conn.ExecContext(ctx, s); err != nil {

@@ -10,6 +10,7 @@ package lake
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -267,6 +268,22 @@ func (l *Lake) HighOffsets(table string) (map[int32]int64, error) {
 		}
 	}
 	return out, nil
+}
+
+// Copy copies the file src to dst, created or truncated (the kernel
+// copies the bytes: copy_file_range); Sync makes the copy durable.
+func Copy(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	return errors.Join(err, out.Close())
 }
 
 // Sync makes a written file durable.

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/lake"
@@ -66,14 +65,7 @@ func publishCosts(ctx context.Context, work, sizes string) ([]PublishCost, error
 			return nil, err
 		}
 		step("publishing a %g GB warehouse", gb)
-		// As run --follow does it: the checkpoint and the file's copy
-		// (batches wait), then the rest.
-		var took time.Duration
-		c, err := wh.Capture(ctx, filepath.Join(dir, "warehouse.duckdb"), false)
-		if err == nil {
-			err = c.Publish(ctx)
-			took = c.Took
-		}
+		c, err := wh.Publish(ctx, filepath.Join(dir, "warehouse.duckdb"))
 		wh.Close()
 		if err != nil {
 			return nil, err
@@ -82,7 +74,7 @@ func publishCosts(ctx context.Context, work, sizes string) ([]PublishCost, error
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, PublishCost{Bytes: fi.Size(), Seconds: took.Seconds(), Held: c.Held.Seconds()})
+		out = append(out, PublishCost{Bytes: fi.Size(), Seconds: c.Took.Seconds(), Held: c.Held.Seconds()})
 		os.RemoveAll(dir)
 	}
 	return out, nil
