@@ -276,6 +276,9 @@ func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 		next = &change.Table{Columns: next.Columns, Retired: append([]change.Column(nil), prev.Retired...)}
 	}
 	next.Retired = append([]change.Column(nil), prev.Retired...)
+	if !history {
+		next.Formerly = formerly(prev, next, d.Renamed)
+	}
 	for _, c := range d.Dropped {
 		c.Dropped = next.Since
 		next.Retired = append(next.Retired, c)
@@ -396,6 +399,28 @@ func keyHasInterval(t *change.Table) bool {
 		}
 	}
 	return false
+}
+
+// formerly carries prev's former column names over to next, through
+// the renames between them, and adds the names those renames replaced:
+// changes before next.Since carry them.
+func formerly(prev, next *change.Table, renamed []change.Renamed) []change.Former {
+	var out []change.Former
+	for _, f := range prev.Formerly {
+		for _, r := range renamed {
+			if r.From == f.Column {
+				f.Column = r.To
+				break
+			}
+		}
+		if next.Column(f.Column) >= 0 {
+			out = append(out, f)
+		}
+	}
+	for _, r := range renamed {
+		out = append(out, change.Former{Column: r.To, Name: r.From, Before: next.Since})
+	}
+	return out
 }
 
 // register remembers a table and prepares the SQL that decodes its events.

@@ -3,6 +3,7 @@ package warehouse
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
@@ -26,6 +27,11 @@ func parseSQL(id int, topic string, t *change.Table) string {
 	for _, c := range t.Columns {
 		img[c.Name] = duckType(c.Type).extract
 	}
+	for _, f := range t.Formerly {
+		if _, taken := img[f.Name]; !taken {
+			img[f.Name] = duckType(t.Columns[t.Column(f.Column)].Type).extract
+		}
+	}
 	structure, _ := json.Marshal(map[string]any{
 		"op": "VARCHAR", "before": img, "after": img,
 		"source":   map[string]string{"lsn": "VARCHAR", "txId": "VARCHAR"},
@@ -38,7 +44,7 @@ func parseSQL(id int, topic string, t *change.Table) string {
 		fields := make([]string, len(t.Columns))
 		for i, c := range t.Columns {
 			v := typedName(side, i)
-			typed = append(typed, duckType(c.Type).conv("j."+side+"."+ident(c.Name))+" AS "+v)
+			typed = append(typed, duckType(c.Type).conv(envField(t, side, c))+" AS "+v)
 			fields[i] = ident(c.Name) + " := " + v
 		}
 		return fmt.Sprintf("CASE WHEN j.%s IS NULL THEN NULL ELSE struct_pack(%s) END AS %s", side, strings.Join(fields, ", "), side)
@@ -56,6 +62,37 @@ FROM (SELECT kafka_partition, kafka_offset, j, %s
 		rowsTable(id), before, after, literal(topic), dlqReasonSQL(t), strings.Join(typed, ", "), literal(string(structure)), id)
 }
 
+// envField is SQL for the value of column c in image side of the parsed
+// envelope j, under the name the column had at the event's position: a
+// change made before the source renamed it carries its former name.
+func envField(t *change.Table, side string, c change.Column) string {
+	var formers []change.Former
+	for _, f := range t.Formerly {
+		if f.Column == c.Name {
+			formers = append(formers, f)
+		}
+	}
+	field := "j." + side + "." + ident(c.Name)
+	if len(formers) == 0 {
+		return field
+	}
+	slices.SortFunc(formers, func(a, b change.Former) int {
+		if a.Before.Less(b.Before) {
+			return -1
+		}
+		return 1
+	})
+	seq, ord := "TRY_CAST(j._cdc_seq AS UBIGINT)", "TRY_CAST(j._cdc_ord AS UINTEGER)"
+	var b strings.Builder
+	b.WriteString("CASE")
+	for _, f := range formers {
+		fmt.Fprintf(&b, " WHEN %[1]s < %[3]d OR (%[1]s = %[3]d AND %[2]s < %[4]d) THEN j.%[5]s.%[6]s",
+			seq, ord, uint64(f.Before.Seq), f.Before.Ord, side, ident(f.Name))
+	}
+	b.WriteString(" ELSE " + field + " END")
+	return b.String()
+}
+
 // typedName is the alias of a converted value in parseSQL.
 func typedName(side string, i int) string { return fmt.Sprintf("lakeflow_%s_%d", side, i) }
 
@@ -69,7 +106,7 @@ func dlqReasonSQL(t *change.Table) string {
 	for i, c := range t.Columns {
 		ct := duckType(c.Type)
 		for _, side := range []string{"after", "before"} {
-			x := "j." + side + "." + ident(c.Name)
+			x := envField(t, side, c)
 			fits := fmt.Sprintf("(%s IS NULL OR %s IS NOT NULL)", x, typedName(side, i))
 			if c.Type.IsArray() || ct.toSilver != nil {
 				fits = ct.fits(x) // element by element, or as silver holds it
@@ -78,7 +115,8 @@ func dlqReasonSQL(t *change.Table) string {
 				fits, literal(side+"."+c.Name+" = "), x, literal(" does not fit "+ct.duck)))
 		}
 		if c.Key {
-			keyNull = append(keyNull, fmt.Sprintf("WHEN j.op <> 't' AND coalesce(j.after, j.before).%s IS NULL THEN %s", ident(c.Name), literal("key column "+c.Name+" has no value")))
+			keyNull = append(keyNull, fmt.Sprintf("WHEN j.op <> 't' AND (CASE WHEN j.after IS NOT NULL THEN %s ELSE %s END) IS NULL THEN %s",
+				envField(t, "after", c), envField(t, "before", c), literal("key column "+c.Name+" has no value")))
 		}
 	}
 	return fmt.Sprintf(`CASE

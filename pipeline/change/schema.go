@@ -97,7 +97,19 @@ type Table struct {
 	// Retired are columns the source dropped that silver keeps (NULL for
 	// changes from their Dropped position on).
 	Retired []Column `json:"retired,omitempty"`
-	keys    []int
+	// Formerly are the names columns had before the source renamed them:
+	// changes still in Kafka when silver followed a rename carry the old
+	// name (the warehouse keeps these, as it keeps Retired).
+	Formerly []Former `json:"formerly,omitempty"`
+	keys     []int
+}
+
+// Former is a name a column had: events before Before carry Column under
+// Name.
+type Former struct {
+	Column string   `json:"column"`
+	Name   string   `json:"name"`
+	Before Position `json:"before"`
 }
 
 // ID is the table's qualified name, as source.tables spells it
