@@ -82,36 +82,49 @@ func TestSchemaChangesUnderTheContract(t *testing.T) {
 	assertLakeExactlyOnce(t, h.cfg, "public.t")
 }
 
-// TestChangesHeldAcrossAnAcceptedRename: the contract accepts a rename
-// before it happens, and the changes made before it are still in Kafka
-// when the consumer reads the new schema (lakeflow was stopped; one
-// transaction even changes the column on both sides of the rename).
-// Those changes keep their values: silver and the lake say what the
-// source says.
-func TestChangesHeldAcrossAnAcceptedRename(t *testing.T) {
+// TestChangesHeldAcrossAcceptedSchemaChanges: the contract accepts a
+// rename and a drop before they happen, and the changes made before them
+// are still in Kafka when the consumer reads the new schema (lakeflow was
+// stopped; one transaction even changes the renamed column on both sides
+// of the rename). Those changes keep their values: silver says what the
+// source says, the dropped column keeps the values it had at the drop,
+// and the lake says the same (asof, and a rebuild from it).
+func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 	h := newHarness(t, "public.t")
 	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, b int, c text)`, `ALTER TABLE t REPLICA IDENTITY FULL`,
-		`INSERT INTO t SELECT g, g, 'c' || g FROM generate_series(1, 30) g`)
+		`INSERT INTO t SELECT g, g, 'c' || g FROM generate_series(1, 40) g`)
 	h.run(t, Options{})
 	if err := os.MkdirAll(h.cfg.Contracts.Dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	body := "table = \"public.t\"\nkey = [\"id\"]\n" +
 		"[[columns]]\nname = \"id\"\ntype = \"integer\"\n" +
-		"[[columns]]\nname = \"bb\"\ntype = \"integer\"\nrenamed_from = \"b\"\n" +
-		"[[columns]]\nname = \"c\"\ntype = \"text\"\n"
+		"[[columns]]\nname = \"bb\"\ntype = \"integer\"\nrenamed_from = \"b\"\n"
 	if err := os.WriteFile(filepath.Join(h.cfg.Contracts.Dir, "t.toml"), []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := applySteps(context.Background(), h.dsn, [][]string{
-		{`UPDATE t SET b = b + 1000 WHERE id <= 10`, `INSERT INTO t VALUES (31, 31, 'c31')`},
-		{`UPDATE t SET b = b + 2000 WHERE id BETWEEN 11 AND 20`, `ALTER TABLE t RENAME COLUMN b TO bb`, `UPDATE t SET bb = bb + 100 WHERE id > 15`},
-		{`INSERT INTO t VALUES (32, 32, 'c32')`},
+		{`UPDATE t SET b = b + 1000, c = 'new' || id WHERE id <= 10`},
+		{`UPDATE t SET b = b + 2000 WHERE id BETWEEN 11 AND 20`, `ALTER TABLE t RENAME COLUMN b TO bb`, `UPDATE t SET bb = bb + 100 WHERE id BETWEEN 16 AND 30`},
+		{`ALTER TABLE t DROP COLUMN c`, `UPDATE t SET bb = bb + 100 WHERE id BETWEEN 26 AND 31`, `INSERT INTO t VALUES (41, 41)`},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	h.run(t, Options{})
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
+	db := openDuck(t, h.cfg.Warehouse.Path)
+	var wrong string
+	queryRow(t, db, `SELECT coalesce(string_agg(id || ': ' || coalesce(c, 'NULL'), ', ' ORDER BY id), '') FROM silver.t
+		WHERE c IS DISTINCT FROM CASE WHEN id <= 10 THEN 'new' || id WHEN id <= 25 OR id BETWEEN 32 AND 40 THEN 'c' || id END`, &wrong)
+	db.Close()
+	if wrong != "" {
+		t.Fatalf("the dropped column c holds values other than those it had at the drop: %s", wrong)
+	}
 	assertAsOfEqualsSource(t, h, "public.t")
 	assertLakeExactlyOnce(t, h.cfg, "public.t")
+	rebuilt := filepath.Join(t.TempDir(), "rebuilt.duckdb")
+	if _, err := Backfill(context.Background(), h.cfg, BackfillOptions{All: true, Out: rebuilt}, h.log); err != nil {
+		t.Fatal(err)
+	}
+	assertSameSilver(t, h.cfg.Warehouse.Path, rebuilt, "t")
 }

@@ -299,6 +299,11 @@ func newFlatDecoder(id int, topic string, t *change.Table) *flatDecoder {
 		for i, c := range t.Columns {
 			fields[i] = ident(c.Name) + " := " + d.cols[i].pack(fmt.Sprintf("v%d", first+i))
 		}
+		for _, c := range t.Retired {
+			// It reads only envelopes of the current columns: made after
+			// the drop.
+			fields = append(fields, ident(c.Name)+" := CAST(NULL AS "+lakeType(c.Type)+")")
+		}
 		return fmt.Sprintf("CASE WHEN has_%[1]s THEN struct_pack(%[2]s) END AS %[1]s", side, strings.Join(fields, ", "))
 	}
 	sel := fmt.Sprintf(`SELECT chr(op) AS op, %s, %s, _cdc_seq, _cdc_ord, make_timestamptz(commit_us) AS _commit_ts, lsn, tx_id,

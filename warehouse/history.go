@@ -36,7 +36,7 @@ func historyName(t *change.Table) string { return "silver." + ident(t.Name+"_his
 // createHistory creates the history table of t.
 func createHistory(t *change.Table) string {
 	var cols []string
-	for _, c := range append(append([]change.Column(nil), t.Columns...), t.Retired...) {
+	for _, c := range imageColumns(t) {
 		cols = append(cols, ident(c.Name)+" "+duckType(c.Type).duck)
 	}
 	cols = append(cols, "valid_from TIMESTAMPTZ NOT NULL", "valid_to TIMESTAMPTZ", "is_current BOOLEAN NOT NULL",
@@ -69,7 +69,7 @@ func (w *Warehouse) startHistory(ctx context.Context, t *table) error {
 // retired ones included, as SQL.
 func historyColumns(t *change.Table) string {
 	var cols []string
-	for _, c := range append(append([]change.Column(nil), t.Columns...), t.Retired...) {
+	for _, c := range imageColumns(t) {
 		cols = append(cols, ident(c.Name))
 	}
 	return strings.Join(cols, ", ")
@@ -104,11 +104,8 @@ func historySQL(t *change.Table, id int, judged bool, info rowsInfo, continues b
 		onSilver = append(onSilver, "s."+n+" = e.img."+n)
 		onHist = append(onHist, "h."+n+" = s.img."+n)
 	}
-	for _, c := range t.Columns {
+	for _, c := range imageColumns(t) {
 		values = append(values, columnValue(c, "s.img"))
-	}
-	for range t.Retired {
-		values = append(values, "NULL")
 	}
 	stmts := []string{
 		fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE lakeflow_versions AS

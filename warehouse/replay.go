@@ -242,8 +242,9 @@ func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, rena
 		if same {
 			return side // the files have the current schema's images
 		}
-		vals := make([]string, len(t.schema.Columns))
-		for i, c := range t.schema.Columns {
+		cols := imageColumns(t.schema)
+		vals := make([]string, len(cols))
+		for i, c := range cols {
 			var have []string
 			for _, n := range append([]string{c.Name}, renames[c.Name]...) {
 				if fields[n] {
@@ -291,8 +292,9 @@ FROM %s WHERE %s`, rowsTable(t.id), image("after"), image("before"), src, where)
 // sameImages reports whether the images of a lake relation have the
 // type the current schema of t gives them.
 func (w *Warehouse) sameImages(ctx context.Context, t *table, src string) (bool, error) {
-	fields := make([]string, len(t.schema.Columns))
-	for i, c := range t.schema.Columns {
+	cols := imageColumns(t.schema)
+	fields := make([]string, len(cols))
+	for i, c := range cols {
 		fields[i] = fmt.Sprintf("%s := CAST(NULL AS %s)", ident(c.Name), lakeType(c.Type))
 	}
 	var want, have string

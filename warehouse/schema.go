@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -235,7 +236,8 @@ func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 		p.summary = "created"
 		return p, nil
 	}
-	d := prev.Diff(next, next.Renames)
+	renames := renamesSince(prev, next)
+	d := prev.Diff(next, renames)
 	if brk := d.Breaking(prev, next); d.Key != nil || (len(brk) > 0 && !next.Accepted) {
 		return p, fmt.Errorf("%w: %v", fault.ErrSchemaBreak, &brk[0])
 	}
@@ -277,7 +279,10 @@ func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 	}
 	next.Retired = append([]change.Column(nil), prev.Retired...)
 	if !history {
-		next.Formerly = formerly(prev, next, d.Renamed)
+		next.Renames = renames
+		if next.Formerly == nil {
+			next.Formerly = formerly(prev, next, d.Renamed)
+		}
 	}
 	for _, c := range d.Dropped {
 		c.Dropped = next.Since
@@ -373,9 +378,12 @@ func (w *Warehouse) exec(ctx context.Context, stmts []string) error {
 	return exec(ctx, w.conn, stmts...)
 }
 
+// createTable creates silver's table of t, with the columns the source
+// dropped that silver keeps (a warehouse rebuilt from another's schemas
+// starts from the newest).
 func createTable(t *change.Table, keyed bool) string {
 	var cols, keys []string
-	for _, c := range t.Columns {
+	for _, c := range imageColumns(t) {
 		cols = append(cols, ident(c.Name)+" "+duckType(c.Type).duck)
 		if c.Key {
 			keys = append(keys, ident(c.Name))
@@ -399,6 +407,47 @@ func keyHasInterval(t *change.Table) bool {
 		}
 	}
 	return false
+}
+
+// renamesSince is what next renamed since prev (new name → old name):
+// the renames the source recorded with next, and those next's former
+// names tell when versions in between are missing (a rebuild from the
+// lake knows only the versions its files were written under, and changes
+// from before a rename may have been written under a later one).
+func renamesSince(prev, next *change.Table) map[string]string {
+	out := maps.Clone(next.Renames)
+	for _, c := range next.Columns {
+		for _, f := range formerNames(next, c.Name) {
+			if !prev.Since.Less(f.Before) {
+				continue // the name had ended when prev took effect
+			}
+			if prev.Column(f.Name) >= 0 && prev.Column(c.Name) < 0 {
+				if out == nil {
+					out = map[string]string{}
+				}
+				out[c.Name] = f.Name
+			}
+			break
+		}
+	}
+	return out
+}
+
+// formerNames are the former names of column col of t, oldest first.
+func formerNames(t *change.Table, col string) []change.Former {
+	var out []change.Former
+	for _, f := range t.Formerly {
+		if f.Column == col {
+			out = append(out, f)
+		}
+	}
+	slices.SortFunc(out, func(a, b change.Former) int {
+		if a.Before.Less(b.Before) {
+			return -1
+		}
+		return 1
+	})
+	return out
 }
 
 // formerly carries prev's former column names over to next, through

@@ -23,8 +23,9 @@ func rowsTable(id int) string { return fmt.Sprintf("lakeflow_rows_%d", id) }
 // key_only, dlq_reason. It never fails on a bad event: every conversion
 // is tried, and what does not convert is named in dlq_reason.
 func parseSQL(id int, topic string, t *change.Table) string {
+	cols := imageColumns(t)
 	img := map[string]any{}
-	for _, c := range t.Columns {
+	for _, c := range cols {
 		img[c.Name] = duckType(c.Type).extract
 	}
 	for _, f := range t.Formerly {
@@ -41,8 +42,8 @@ func parseSQL(id int, topic string, t *change.Table) string {
 	// the images and compares typed with raw to find what did not fit.
 	var typed []string
 	image := func(side string) string {
-		fields := make([]string, len(t.Columns))
-		for i, c := range t.Columns {
+		fields := make([]string, len(cols))
+		for i, c := range cols {
 			v := typedName(side, i)
 			typed = append(typed, duckType(c.Type).conv(envField(t, side, c))+" AS "+v)
 			fields[i] = ident(c.Name) + " := " + v
@@ -66,22 +67,11 @@ FROM (SELECT kafka_partition, kafka_offset, j, %s
 // envelope j, under the name the column had at the event's position: a
 // change made before the source renamed it carries its former name.
 func envField(t *change.Table, side string, c change.Column) string {
-	var formers []change.Former
-	for _, f := range t.Formerly {
-		if f.Column == c.Name {
-			formers = append(formers, f)
-		}
-	}
+	formers := formerNames(t, c.Name)
 	field := "j." + side + "." + ident(c.Name)
 	if len(formers) == 0 {
 		return field
 	}
-	slices.SortFunc(formers, func(a, b change.Former) int {
-		if a.Before.Less(b.Before) {
-			return -1
-		}
-		return 1
-	})
 	seq, ord := "TRY_CAST(j._cdc_seq AS UBIGINT)", "TRY_CAST(j._cdc_ord AS UINTEGER)"
 	var b strings.Builder
 	b.WriteString("CASE")
@@ -91,6 +81,14 @@ func envField(t *change.Table, side string, c change.Column) string {
 	}
 	b.WriteString(" ELSE " + field + " END")
 	return b.String()
+}
+
+// imageColumns are the columns of a table's images, in its rows tables
+// and lake files: its columns, then those the source dropped that silver
+// keeps (Retired): a change made before the drop carries its value, one
+// made after carries none, and leaves it NULL.
+func imageColumns(t *change.Table) []change.Column {
+	return append(slices.Clone(t.Columns), t.Retired...)
 }
 
 // typedName is the alias of a converted value in parseSQL.
@@ -103,7 +101,7 @@ func typedName(side string, i int) string { return fmt.Sprintf("lakeflow_%s_%d",
 // timestamp beyond DuckDB's range).
 func dlqReasonSQL(t *change.Table) string {
 	var keyNull, unfit []string
-	for i, c := range t.Columns {
+	for i, c := range imageColumns(t) {
 		ct := duckType(c.Type)
 		for _, side := range []string{"after", "before"} {
 			x := envField(t, side, c)
@@ -147,7 +145,7 @@ func applySQL(t *change.Table, id int, info rowsInfo, latest string) []string {
 	silver := "silver." + ident(t.Name)
 	rows := rowsTable(id)
 	var names, values, sets, on, final []string
-	for _, c := range t.Columns {
+	for _, c := range imageColumns(t) {
 		n := ident(c.Name)
 		v := columnValue(c, "s.img")
 		set := n + " = " + v
@@ -167,14 +165,6 @@ func applySQL(t *change.Table, id int, info rowsInfo, latest string) []string {
 		if c.Key {
 			on = append(on, "t."+n+" = s.img."+n)
 		}
-	}
-	for _, c := range t.Retired {
-		// The source dropped it: changes from then on leave it NULL.
-		n := ident(c.Name)
-		names = append(names, n)
-		values = append(values, "NULL")
-		sets = append(sets, n+" = NULL")
-		final = append(final, "NULL AS "+n)
 	}
 	meta := []string{"_cdc_seq", "_cdc_ord", "_commit_ts"}
 	names = append(names, append(meta, "_deleted")...)
