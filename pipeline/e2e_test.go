@@ -160,7 +160,9 @@ func assertLakeExactlyOnce(t *testing.T, cfg *config.Config, tables ...string) {
 }
 
 // assertSameSilver checks two warehouses hold identical silver tables,
-// positions included.
+// positions included: the same columns, by name (a table rebuilt from its
+// newest schema has the columns added since before lakeflow's own), and
+// the same rows.
 func assertSameSilver(t *testing.T, a, b string, tables ...string) {
 	t.Helper()
 	db, err := sql.Open("duckdb", "")
@@ -175,12 +177,23 @@ func assertSameSilver(t *testing.T, a, b string, tables ...string) {
 		}
 	}
 	for _, table := range tables {
+		columns := func(side string) string {
+			var cols string
+			queryRow(t, db, "SELECT string_agg('\"' || replace(column_name, '\"', '\"\"') || '\"', ', ' ORDER BY column_name) FROM information_schema.columns WHERE table_catalog = ? AND table_schema = 'silver' AND table_name = ?", &cols, side, table)
+			return cols
+		}
+		cols := columns("a")
+		if other := columns("b"); other != cols {
+			t.Errorf("silver.%s has the columns %s in %s, %s in %s", table, cols, a, other, b)
+			continue
+		}
+		sa, sb := "(SELECT "+cols+" FROM a.silver."+table+")", "(SELECT "+cols+" FROM b.silver."+table+")"
 		var diff, n int64
-		queryRow(t, db, "SELECT count(*) FROM ((FROM a.silver."+table+" EXCEPT ALL FROM b.silver."+table+") UNION ALL (FROM b.silver."+table+" EXCEPT ALL FROM a.silver."+table+"))", &diff)
+		queryRow(t, db, "SELECT count(*) FROM ((FROM "+sa+" EXCEPT ALL FROM "+sb+") UNION ALL (FROM "+sb+" EXCEPT ALL FROM "+sa+"))", &diff)
 		queryRow(t, db, "SELECT count(*) FROM a.silver."+table, &n)
 		if diff != 0 || n == 0 {
 			var sample string
-			queryRow(t, db, "SELECT coalesce(string_agg(x::VARCHAR, '\n'), '') FROM (SELECT 'a' AS side, * FROM (FROM a.silver."+table+" EXCEPT ALL FROM b.silver."+table+") UNION ALL SELECT 'b', * FROM (FROM b.silver."+table+" EXCEPT ALL FROM a.silver."+table+") ORDER BY ALL LIMIT 6) x", &sample)
+			queryRow(t, db, "SELECT coalesce(string_agg(x::VARCHAR, '\n'), '') FROM (SELECT 'a' AS side, * FROM (FROM "+sa+" EXCEPT ALL FROM "+sb+") UNION ALL SELECT 'b', * FROM (FROM "+sb+" EXCEPT ALL FROM "+sa+") ORDER BY ALL LIMIT 6) x", &sample)
 			t.Errorf("silver.%s: %d rows differ between %s and %s (%d rows):\n%s", table, diff, a, b, n, sample)
 		}
 	}

@@ -82,49 +82,86 @@ func TestSchemaChangesUnderTheContract(t *testing.T) {
 	assertLakeExactlyOnce(t, h.cfg, "public.t")
 }
 
-// TestChangesHeldAcrossAcceptedSchemaChanges: the contract accepts a
-// rename and a drop before they happen, and the changes made before them
+// TestChangesHeldAcrossAcceptedSchemaChanges: the contracts accept
+// renames and drops before they happen, and the changes made before them
 // are still in Kafka when the consumer reads the new schema (lakeflow was
-// stopped; one transaction even changes the renamed column on both sides
-// of the rename). Those changes keep their values: silver says what the
-// source says, the dropped column keeps the values it had at the drop,
-// and the lake says the same (asof, and a rebuild from it).
+// stopped; one transaction even changes a column on both sides of its
+// rename). Those changes keep their values: silver says what the source
+// says, a dropped column keeps the values it had at the drop, and the lake
+// says the same (asof, and rebuilds from the old warehouse's schemas and
+// from the lake alone), though it never saw the versions in between.
+// public.u's renames change case alone (its JSON column sends every
+// change through the SQL decoder), or are followed by the drop.
 func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
-	h := newHarness(t, "public.t")
+	h := newHarness(t, "public.t", "public.u")
 	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, b int, c text)`, `ALTER TABLE t REPLICA IDENTITY FULL`,
-		`INSERT INTO t SELECT g, g, 'c' || g FROM generate_series(1, 40) g`)
+		`INSERT INTO t SELECT g, g, 'c' || g FROM generate_series(1, 40) g`,
+		`CREATE TABLE u (id int PRIMARY KEY, "Val" int, j jsonb, x int)`, `ALTER TABLE u REPLICA IDENTITY FULL`,
+		`INSERT INTO u SELECT g, g, '{"k": 1}', g FROM generate_series(1, 10) g`)
 	h.run(t, Options{})
 	if err := os.MkdirAll(h.cfg.Contracts.Dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	body := "table = \"public.t\"\nkey = [\"id\"]\n" +
-		"[[columns]]\nname = \"id\"\ntype = \"integer\"\n" +
-		"[[columns]]\nname = \"bb\"\ntype = \"integer\"\nrenamed_from = \"b\"\n"
-	if err := os.WriteFile(filepath.Join(h.cfg.Contracts.Dir, "t.toml"), []byte(body), 0o644); err != nil {
-		t.Fatal(err)
+	col := func(name, typ string, from ...string) string {
+		c := "[[columns]]\nname = \"" + name + "\"\ntype = \"" + typ + "\"\n"
+		if len(from) > 0 {
+			c += "renamed_from = \"" + from[0] + "\"\n"
+		}
+		return c
+	}
+	for file, body := range map[string]string{
+		"t.toml": "table = \"public.t\"\nkey = [\"id\"]\n" + col("id", "integer") + col("bb", "integer", "b") + col("d", "integer"),
+		"u.toml": "table = \"public.u\"\nkey = [\"id\"]\ncompatibility = \"none\"\n" + col("id", "integer") + col("val", "integer", "Val") + col("j", "jsonb") + col("xx", "integer", "x"),
+	} {
+		if err := os.WriteFile(filepath.Join(h.cfg.Contracts.Dir, file), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := applySteps(context.Background(), h.dsn, [][]string{
 		{`UPDATE t SET b = b + 1000, c = 'new' || id WHERE id <= 10`},
 		{`UPDATE t SET b = b + 2000 WHERE id BETWEEN 11 AND 20`, `ALTER TABLE t RENAME COLUMN b TO bb`, `UPDATE t SET bb = bb + 100 WHERE id BETWEEN 16 AND 30`},
 		{`ALTER TABLE t DROP COLUMN c`, `UPDATE t SET bb = bb + 100 WHERE id BETWEEN 26 AND 31`, `INSERT INTO t VALUES (41, 41)`},
+		{`ALTER TABLE t ADD COLUMN d int`, `UPDATE t SET d = id WHERE id > 35`},
+		{`UPDATE u SET "Val" = "Val" + 100, x = x + 100 WHERE id <= 5`},
+		{`ALTER TABLE u RENAME COLUMN "Val" TO val`, `ALTER TABLE u RENAME COLUMN x TO xx`, `UPDATE u SET val = val + 1000 WHERE id >= 8`},
+		{`UPDATE u SET xx = xx + 5 WHERE id = 6`},
+		{`ALTER TABLE u DROP COLUMN xx`, `UPDATE u SET val = val + 1 WHERE id = 10`},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	h.run(t, Options{})
-	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
-	db := openDuck(t, h.cfg.Warehouse.Path)
-	var wrong string
-	queryRow(t, db, `SELECT coalesce(string_agg(id || ': ' || coalesce(c, 'NULL'), ', ' ORDER BY id), '') FROM silver.t
-		WHERE c IS DISTINCT FROM CASE WHEN id <= 10 THEN 'new' || id WHEN id <= 25 OR id BETWEEN 32 AND 40 THEN 'c' || id END`, &wrong)
-	db.Close()
-	if wrong != "" {
-		t.Fatalf("the dropped column c holds values other than those it had at the drop: %s", wrong)
+	tables := []string{"public.t", "public.u"}
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, tables...)
+	// The dropped columns: their values at the drop, NULL for rows changed
+	// after it.
+	retired := map[string]string{
+		"t": "c IS DISTINCT FROM CASE WHEN id <= 10 THEN 'new' || id WHEN id <= 25 OR id BETWEEN 32 AND 35 THEN 'c' || id END",
+		"u": "xx IS DISTINCT FROM CASE WHEN id <= 5 THEN id + 100 WHEN id = 6 THEN 11 WHEN id < 10 THEN id END",
 	}
-	assertAsOfEqualsSource(t, h, "public.t")
-	assertLakeExactlyOnce(t, h.cfg, "public.t")
-	rebuilt := filepath.Join(t.TempDir(), "rebuilt.duckdb")
-	if _, err := Backfill(context.Background(), h.cfg, BackfillOptions{All: true, Out: rebuilt}, h.log); err != nil {
+	asof := assertAsOfEqualsSource(t, h, tables...)
+	h.cfg.Warehouse.Live += ".moved" // a rebuild from the lake alone
+	fromLake := filepath.Join(t.TempDir(), "lake.duckdb")
+	if _, err := Backfill(context.Background(), h.cfg, BackfillOptions{All: true, Out: fromLake}, h.log); err != nil {
 		t.Fatal(err)
 	}
-	assertSameSilver(t, h.cfg.Warehouse.Path, rebuilt, "t")
+	h.cfg.Warehouse.Live = strings.TrimSuffix(h.cfg.Warehouse.Live, ".moved")
+	fromWarehouse := filepath.Join(t.TempDir(), "rebuilt.duckdb")
+	if _, err := Backfill(context.Background(), h.cfg, BackfillOptions{All: true, Out: fromWarehouse}, h.log); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{h.cfg.Warehouse.Path, asof, fromLake, fromWarehouse} {
+		db := openDuck(t, path)
+		for table, wrong := range retired {
+			var rows string
+			queryRow(t, db, "SELECT coalesce(string_agg(id::VARCHAR, ', ' ORDER BY id), '') FROM silver."+table+" WHERE "+wrong, &rows)
+			if rows != "" {
+				t.Errorf("%s: the dropped column of silver.%s holds other values than it had at the drop, in rows %s", path, table, rows)
+			}
+		}
+		db.Close()
+	}
+	for _, path := range []string{asof, fromLake, fromWarehouse} {
+		assertSameSilver(t, h.cfg.Warehouse.Path, path, "t", "u")
+	}
+	assertLakeExactlyOnce(t, h.cfg, tables...)
 }

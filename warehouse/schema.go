@@ -127,8 +127,16 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 // versions in the order they took effect (a lake's, LakeState): one
 // version at a time, as the stream met them, so each evolves the table
 // the one before made. (No Kafka position is recorded.)
+//
+// Every version was accepted when the stream met it (its contract then
+// decided; the lake has no version it refused), and the lake may lack
+// the versions in between (changes from before a schema change written
+// under a later one): what changed since the version before is applied.
 func (w *Warehouse) ApplyVersions(ctx context.Context, schemas []Schema, schemaTopic string) error {
 	for _, s := range schemas {
+		t := *s.Table
+		t.Accepted = true
+		s.Table = &t
 		if err := w.ApplySchemas(ctx, []Schema{s}, schemaTopic, TopicPosition{Next: map[int32]int64{}}, nil); err != nil {
 			return err
 		}
@@ -236,16 +244,28 @@ func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 		p.summary = "created"
 		return p, nil
 	}
-	renames := renamesSince(prev, next)
-	d := prev.Diff(next, renames)
-	if brk := d.Breaking(prev, next); d.Key != nil || (len(brk) > 0 && !next.Accepted) {
-		return p, fmt.Errorf("%w: %v", fault.ErrSchemaBreak, &brk[0])
-	}
 	silver := "silver." + ident(next.Name)
 	if history {
 		silver = historyName(next)
 	}
 	var summary []string
+	renames := renamesSince(prev, next)
+	for _, to := range slices.Sorted(maps.Keys(renames)) {
+		// Renamed, then dropped, between the two versions: renamed here,
+		// and retired below.
+		if from := renames[to]; retired(next, to) >= 0 && prev.Column(from) >= 0 {
+			p.ddl = append(p.ddl, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", silver, ident(from), ident(to)))
+			summary = append(summary, "renamed "+from+" to "+to)
+			renamed := *prev
+			renamed.Columns = slices.Clone(prev.Columns)
+			renamed.Columns[prev.Column(from)].Name = to
+			prev = &renamed
+		}
+	}
+	d := prev.Diff(next, renames)
+	if brk := d.Breaking(prev, next); d.Key != nil || (len(brk) > 0 && !next.Accepted) {
+		return p, fmt.Errorf("%w: %v", fault.ErrSchemaBreak, &brk[0])
+	}
 	for _, r := range d.Renamed {
 		p.ddl = append(p.ddl, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", silver, ident(r.From), ident(r.To)))
 		summary = append(summary, "renamed "+r.From+" to "+r.To)
@@ -278,12 +298,6 @@ func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 		next = &change.Table{Columns: next.Columns, Retired: append([]change.Column(nil), prev.Retired...)}
 	}
 	next.Retired = append([]change.Column(nil), prev.Retired...)
-	if !history {
-		next.Renames = renames
-		if next.Formerly == nil {
-			next.Formerly = formerly(prev, next, d.Renamed)
-		}
-	}
 	for _, c := range d.Dropped {
 		c.Dropped = next.Since
 		next.Retired = append(next.Retired, c)
@@ -302,6 +316,12 @@ func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 			// The rows silver has are older than the column: PostgreSQL
 			// gave them its default.
 			p.dml = append(p.dml, fmt.Sprintf("UPDATE %s AS s SET %s = %s WHERE %s", silver, ident(c.Name), fillValue(c), positionBefore("s", c.Fill.Before)))
+		}
+	}
+	if !history {
+		next.Renames = renames
+		if next.Formerly == nil {
+			next.Formerly = formerly(prev, next, d.Renamed)
 		}
 	}
 	p.summary = strings.Join(summary, "; ")
@@ -411,12 +431,13 @@ func keyHasInterval(t *change.Table) bool {
 
 // renamesSince is what next renamed since prev (new name → old name):
 // the renames the source recorded with next, and those next's former
-// names tell when versions in between are missing (a rebuild from the
+// names tell (of its columns, and of those dropped since) when versions
+// in between are missing (a rebuild from the
 // lake knows only the versions its files were written under, and changes
 // from before a rename may have been written under a later one).
 func renamesSince(prev, next *change.Table) map[string]string {
 	out := maps.Clone(next.Renames)
-	for _, c := range next.Columns {
+	for _, c := range imageColumns(next) {
 		for _, f := range formerNames(next, c.Name) {
 			if !prev.Since.Less(f.Before) {
 				continue // the name had ended when prev took effect
@@ -452,7 +473,9 @@ func formerNames(t *change.Table, col string) []change.Former {
 
 // formerly carries prev's former column names over to next, through
 // the renames between them, and adds the names those renames replaced:
-// changes before next.Since carry them.
+// changes before next.Since carry them. A dropped column keeps its own
+// (silver keeps the column, and changes from before the drop its
+// values).
 func formerly(prev, next *change.Table, renamed []change.Renamed) []change.Former {
 	var out []change.Former
 	for _, f := range prev.Formerly {
@@ -462,7 +485,7 @@ func formerly(prev, next *change.Table, renamed []change.Renamed) []change.Forme
 				break
 			}
 		}
-		if next.Column(f.Column) >= 0 {
+		if next.Column(f.Column) >= 0 || retired(next, f.Column) >= 0 {
 			out = append(out, f)
 		}
 	}

@@ -29,8 +29,8 @@ func parseSQL(id int, topic string, t *change.Table) string {
 		img[c.Name] = duckType(c.Type).extract
 	}
 	for _, f := range t.Formerly {
-		if _, taken := img[f.Name]; !taken {
-			img[f.Name] = duckType(t.Columns[t.Column(f.Column)].Type).extract
+		if formerFields(t)[f.Name] {
+			img[f.Name] = duckType(imageColumn(t, f.Column).Type).extract
 		}
 	}
 	structure, _ := json.Marshal(map[string]any{
@@ -58,8 +58,8 @@ SELECT j.op AS op, %s, %s,
 	%s AS kafka_topic, kafka_partition, kafka_offset,
 	CAST(TRY_CAST(j._commit_ts AS TIMESTAMPTZ) AS DATE) AS day, coalesce(TRY_CAST(j._before_key_only AS BOOLEAN), false) AS key_only,
 	%s AS dlq_reason
-FROM (SELECT kafka_partition, kafka_offset, j, %s
-      FROM (SELECT kafka_partition, kafka_offset, try(from_json(v, %s)) AS j FROM lakeflow_stage WHERE tbl = %d))`,
+FROM (SELECT kafka_partition, kafka_offset, j, v, %s
+      FROM (SELECT kafka_partition, kafka_offset, v, try(from_json(v, %s)) AS j FROM lakeflow_stage WHERE tbl = %d))`,
 		rowsTable(id), before, after, literal(topic), dlqReasonSQL(t), strings.Join(typed, ", "), literal(string(structure)), id)
 }
 
@@ -72,15 +72,50 @@ func envField(t *change.Table, side string, c change.Column) string {
 	if len(formers) == 0 {
 		return field
 	}
+	fields := formerFields(t)
 	seq, ord := "TRY_CAST(j._cdc_seq AS UBIGINT)", "TRY_CAST(j._cdc_ord AS UINTEGER)"
 	var b strings.Builder
 	b.WriteString("CASE")
 	for _, f := range formers {
-		fmt.Fprintf(&b, " WHEN %[1]s < %[3]d OR (%[1]s = %[3]d AND %[2]s < %[4]d) THEN j.%[5]s.%[6]s",
-			seq, ord, uint64(f.Before.Seq), f.Before.Ord, side, ident(f.Name))
+		v := "j." + side + "." + ident(f.Name)
+		if !fields[f.Name] {
+			pointer := "/" + side + "/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(f.Name)
+			v = fmt.Sprintf("try(from_json(json_extract(v, %s), %s))", literal(pointer), literal(`"`+duckType(c.Type).extract+`"`))
+		}
+		fmt.Fprintf(&b, " WHEN %[1]s < %[3]d OR (%[1]s = %[3]d AND %[2]s < %[4]d) THEN %[5]s",
+			seq, ord, uint64(f.Before.Seq), f.Before.Ord, v)
 	}
 	b.WriteString(" ELSE " + field + " END")
 	return b.String()
+}
+
+// formerFields are the former names parseSQL parses as fields of the
+// envelope: those that no column of the images, nor another former name,
+// spells with other case. (A DuckDB struct's fields ignore case, and
+// from_json's keys do not.) The others, after a rename that changed case
+// alone, are extracted from the envelope's text, for the changes from
+// before it only.
+func formerFields(t *change.Table) map[string]bool {
+	taken := map[string]string{}
+	for _, c := range imageColumns(t) {
+		taken[strings.ToLower(c.Name)] = ""
+	}
+	keys := map[string]bool{}
+	for _, f := range t.Formerly {
+		k := strings.ToLower(f.Name)
+		if by, ok := taken[k]; ok && by != f.Name {
+			continue
+		}
+		taken[k] = f.Name
+		keys[f.Name] = true
+	}
+	return keys
+}
+
+// imageColumn is the column of t's images named name.
+func imageColumn(t *change.Table, name string) change.Column {
+	cols := imageColumns(t)
+	return cols[slices.IndexFunc(cols, func(c change.Column) bool { return c.Name == name })]
 }
 
 // imageColumns are the columns of a table's images, in its rows tables
