@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
@@ -26,8 +27,15 @@ type metrics struct {
 	lastBatch, consistentSeq, pending, publish prometheus.Gauge
 }
 
-func newMetrics() *metrics {
+func newMetrics(wh *warehouse.Warehouse) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
+	// Where the process's memory is: the Go heap (go_memstats_*), DuckDB
+	// (lakeflow_duckdb_*), the whole (process_resident_memory_bytes).
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), duckdbMemory{
+		wh:       wh,
+		inMemory: prometheus.NewDesc("lakeflow_duckdb_memory_bytes", "Memory DuckDB's buffer manager holds (the warehouse's blocks, a batch's working set).", nil, nil),
+		spilled:  prometheus.NewDesc("lakeflow_duckdb_spilled_bytes", "What DuckDB spilled to temporary files.", nil, nil),
+	})
 	counter := func(name, help string) prometheus.Counter {
 		c := prometheus.NewCounter(prometheus.CounterOpts{Name: "lakeflow_" + name, Help: help})
 		m.reg.MustRegister(c)
@@ -75,6 +83,29 @@ func (m *metrics) batch(st warehouse.BatchStats, wm *change.Watermark, took time
 			m.freshness.Observe(now.Sub(time.UnixMicro(wm.Commit)).Seconds())
 		}
 	}
+}
+
+// duckdbMemory reports DuckDB's memory at each scrape.
+type duckdbMemory struct {
+	wh                *warehouse.Warehouse
+	inMemory, spilled *prometheus.Desc
+}
+
+func (d duckdbMemory) Describe(ch chan<- *prometheus.Desc) {
+	ch <- d.inMemory
+	ch <- d.spilled
+}
+
+func (d duckdbMemory) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	inMemory, spilled, err := d.wh.Memory(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(d.inMemory, err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(d.inMemory, prometheus.GaugeValue, float64(inMemory))
+	ch <- prometheus.MustNewConstMetric(d.spilled, prometheus.GaugeValue, float64(spilled))
 }
 
 // serve exposes the metrics at addr (a port alone binds loopback) under

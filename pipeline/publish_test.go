@@ -163,11 +163,13 @@ func status(t *testing.T, h *harness) StatusReport {
 }
 
 // assertMetrics scrapes the metrics endpoint, parsed as Prometheus's
-// text format, and checks batches were counted and timed.
+// text format, and checks batches were counted and timed, and where the
+// process's memory is (Go heap, DuckDB, resident) reported.
 func assertMetrics(t *testing.T, url string) {
 	t.Helper()
 	for _, name := range []string{"lakeflow_events_applied_total", "lakeflow_batches_total", "lakeflow_batch_duration_seconds",
-		"lakeflow_freshness_seconds", "lakeflow_published_timestamp_seconds", "lakeflow_consistent_cdc_seq"} {
+		"lakeflow_freshness_seconds", "lakeflow_published_timestamp_seconds", "lakeflow_consistent_cdc_seq",
+		"lakeflow_duckdb_memory_bytes", "go_memstats_heap_inuse_bytes", "process_resident_memory_bytes"} {
 		if v := metric(t, url, name); v <= 0 {
 			t.Errorf("%s is %v while batches commit", name, v)
 		}

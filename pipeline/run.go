@@ -121,7 +121,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	}
 	c.pub = pub
 	if opts.MetricsAddr != "" {
-		c.metrics = newMetrics()
+		c.metrics = newMetrics(wh)
 		pub.metrics = c.metrics
 		if err := c.metrics.serve(ctx, opts.MetricsAddr, log); err != nil {
 			return err

@@ -443,6 +443,16 @@ func (w *Warehouse) Close() error {
 	return err
 }
 
+// Memory is what DuckDB's buffer manager holds (duckdb_memory(): the
+// warehouse's blocks, a batch's working set) and what it spilled to
+// temporary files. It uses a connection of its own, so it may run beside
+// Apply.
+func (w *Warehouse) Memory(ctx context.Context) (inMemory, spilled int64, err error) {
+	err = w.db.QueryRowContext(ctx, "SELECT coalesce(sum(memory_usage_bytes), 0)::BIGINT, coalesce(sum(temporary_storage_bytes), 0)::BIGINT FROM duckdb_memory()").
+		Scan(&inMemory, &spilled)
+	return inMemory, spilled, err
+}
+
 // Path is the warehouse file.
 func (w *Warehouse) Path() string { return w.path }
 
