@@ -239,23 +239,49 @@ func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, rena
 		return 0, rowsInfo{}, err
 	}
 	image := func(side string) string {
-		if same {
+		if same && !slices.ContainsFunc(t.schema.Formerly, func(f change.Former) bool { return f.Name == "" }) {
 			return side // the files have the current schema's images
 		}
 		cols := imageColumns(t.schema)
 		vals := make([]string, len(cols))
+		before := func(p change.Position) string {
+			return fmt.Sprintf("(_cdc_seq < %[1]d OR (_cdc_seq = %[1]d AND _cdc_ord < %[2]d))", uint64(p.Seq), p.Ord)
+		}
 		for i, c := range cols {
+			typ := lakeType(c.Type)
 			var have []string
-			for _, n := range append([]string{c.Name}, renames[c.Name]...) {
-				if fields[n] {
-					have = append(have, side+"."+ident(n))
+			if fields[c.Name] {
+				have = append(have, fmt.Sprintf("CAST(%s.%s AS %s)", side, ident(c.Name), typ))
+			}
+			formers := formerNames(t.schema, c.Name)
+			for _, n := range renames[c.Name] {
+				if !fields[n] {
+					continue
 				}
+				// Files of the column's former names hold it under them,
+				// and a name another column took since may hold that
+				// one's values: a former name counts for the changes
+				// before its end (if the warehouse knows it), as what
+				// converts. (Names that differ in case alone are one
+				// field of the files united.)
+				v := fmt.Sprintf("TRY_CAST(%s.%s AS %s)", side, ident(n), typ)
+				if j := slices.IndexFunc(formers, func(f change.Former) bool { return f.Name == n }); j >= 0 && !strings.EqualFold(n, c.Name) {
+					v = fmt.Sprintf("CASE WHEN %s THEN %s END", before(formers[j].Before), v)
+				}
+				have = append(have, v)
 			}
 			v := "NULL"
 			if len(have) > 0 {
 				v = "coalesce(" + strings.Join(have, ", ") + ")"
 			}
-			vals[i] = fmt.Sprintf("%s := CAST(%s AS %s)", ident(c.Name), v, lakeType(c.Type))
+			for _, f := range formers {
+				if f.Name == "" {
+					// Added under a name another column had: a change from
+					// before has that column's value under it.
+					v = fmt.Sprintf("CASE WHEN %s THEN NULL ELSE %s END", before(f.Before), v)
+				}
+			}
+			vals[i] = fmt.Sprintf("%s := CAST(%s AS %s)", ident(c.Name), v, typ)
 		}
 		return fmt.Sprintf("CASE WHEN %s IS NULL THEN NULL ELSE struct_pack(%s) END", side, strings.Join(vals, ", "))
 	}

@@ -250,19 +250,22 @@ func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 	}
 	var summary []string
 	renames := renamesSince(prev, next)
+	diffRenames := maps.Clone(renames)
 	for _, to := range slices.Sorted(maps.Keys(renames)) {
-		// Renamed, then dropped, between the two versions: renamed here,
-		// and retired below.
-		if from := renames[to]; retired(next, to) >= 0 && prev.Column(from) >= 0 {
+		// Renamed, then dropped, or renamed with its old name given to a
+		// new column: renamed here, before the comparison (which matches
+		// columns by name), and retired or added below.
+		if from := renames[to]; (retired(next, to) >= 0 || next.Column(from) >= 0) && prev.Column(from) >= 0 {
 			p.ddl = append(p.ddl, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", silver, ident(from), ident(to)))
 			summary = append(summary, "renamed "+from+" to "+to)
 			renamed := *prev
 			renamed.Columns = slices.Clone(prev.Columns)
 			renamed.Columns[prev.Column(from)].Name = to
 			prev = &renamed
+			delete(diffRenames, to)
 		}
 	}
-	d := prev.Diff(next, renames)
+	d := prev.Diff(next, diffRenames)
 	if brk := d.Breaking(prev, next); d.Key != nil || (len(brk) > 0 && !next.Accepted) {
 		return p, fmt.Errorf("%w: %v", fault.ErrSchemaBreak, &brk[0])
 	}
@@ -303,6 +306,7 @@ func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 		next.Retired = append(next.Retired, c)
 		summary = append(summary, "dropped "+c.Name+" (kept, NULL from here on)")
 	}
+	var added []change.Column
 	for _, c := range d.Added {
 		if i := retired(next, c.Name); i >= 0 {
 			// Dropped before and added again: the column is back.
@@ -310,6 +314,7 @@ func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 			p.ddl = append(p.ddl, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", silver, ident(c.Name), duckType(c.Type).duck))
 		} else {
 			p.ddl = append(p.ddl, fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", silver, ident(c.Name), duckType(c.Type).duck))
+			added = append(added, c)
 		}
 		summary = append(summary, "added "+c.Name+" "+c.Type.Name)
 		if c.Fill.Set() {
@@ -321,7 +326,7 @@ func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 	if !history {
 		next.Renames = renames
 		if next.Formerly == nil {
-			next.Formerly = formerly(prev, next, d.Renamed)
+			next.Formerly = formerly(prev, next, d.Renamed, added)
 		}
 	}
 	p.summary = strings.Join(summary, "; ")
@@ -473,10 +478,11 @@ func formerNames(t *change.Table, col string) []change.Former {
 
 // formerly carries prev's former column names over to next, through
 // the renames between them, and adds the names those renames replaced:
-// changes before next.Since carry them. A dropped column keeps its own
+// changes before next.Since carry them; and, for a column added under a
+// name another column had, that it did not exist before. A dropped column keeps its own
 // (silver keeps the column, and changes from before the drop its
 // values).
-func formerly(prev, next *change.Table, renamed []change.Renamed) []change.Former {
+func formerly(prev, next *change.Table, renamed []change.Renamed, added []change.Column) []change.Former {
 	var out []change.Former
 	for _, f := range prev.Formerly {
 		for _, r := range renamed {
@@ -491,6 +497,13 @@ func formerly(prev, next *change.Table, renamed []change.Renamed) []change.Forme
 	}
 	for _, r := range renamed {
 		out = append(out, change.Former{Column: r.To, Name: r.From, Before: next.Since})
+	}
+	for _, c := range added {
+		// A new column under a name another column had: changes from
+		// before carry that column's values under it.
+		if slices.ContainsFunc(out, func(f change.Former) bool { return strings.EqualFold(f.Name, c.Name) }) {
+			out = append(out, change.Former{Column: c.Name, Before: next.Since})
+		}
 	}
 	return out
 }

@@ -78,7 +78,10 @@ func envField(t *change.Table, side string, c change.Column) string {
 	b.WriteString("CASE")
 	for _, f := range formers {
 		v := "j." + side + "." + ident(f.Name)
-		if !fields[f.Name] {
+		switch {
+		case f.Name == "":
+			v = "NULL"
+		case !fields[f.Name]:
 			pointer := "/" + side + "/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(f.Name)
 			v = fmt.Sprintf("try(from_json(json_extract(v, %s), %s))", literal(pointer), literal(`"`+duckType(c.Type).extract+`"`))
 		}
@@ -92,9 +95,9 @@ func envField(t *change.Table, side string, c change.Column) string {
 // formerFields are the former names parseSQL parses as fields of the
 // envelope: those that no column of the images, nor another former name,
 // spells with other case. (A DuckDB struct's fields ignore case, and
-// from_json's keys do not.) The others, after a rename that changed case
-// alone, are extracted from the envelope's text, for the changes from
-// before it only.
+// from_json's keys do not.) The others (after a rename that changed case
+// alone, or of a name another column took since) are extracted from the
+// envelope's text, for the changes from before the rename only.
 func formerFields(t *change.Table) map[string]bool {
 	taken := map[string]string{}
 	for _, c := range imageColumns(t) {
@@ -103,7 +106,7 @@ func formerFields(t *change.Table) map[string]bool {
 	keys := map[string]bool{}
 	for _, f := range t.Formerly {
 		k := strings.ToLower(f.Name)
-		if by, ok := taken[k]; ok && by != f.Name {
+		if by, ok := taken[k]; f.Name == "" || (ok && by != f.Name) {
 			continue
 		}
 		taken[k] = f.Name

@@ -105,10 +105,11 @@ type Table struct {
 }
 
 // Former is a name a column had: events before Before carry Column under
-// Name.
+// Name, or, with no Name, do not carry it (it did not exist; another
+// column had its name).
 type Former struct {
 	Column string   `json:"column"`
-	Name   string   `json:"name"`
+	Name   string   `json:"name,omitempty"`
 	Before Position `json:"before"`
 }
 
