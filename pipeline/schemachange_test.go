@@ -93,7 +93,8 @@ func TestSchemaChangesUnderTheContract(t *testing.T) {
 // column added under a renamed one's old name takes nothing from the
 // changes before it.
 // public.u's renames change case alone (its JSON column sends every
-// change through the SQL decoder), or are followed by the drop.
+// change through the SQL decoder), are followed by the drop, or give the
+// old name to a new column in the same version.
 func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 	h := newHarness(t, "public.t", "public.u")
 	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, b int, c text)`, `ALTER TABLE t REPLICA IDENTITY FULL`,
@@ -113,7 +114,7 @@ func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 	}
 	for file, body := range map[string]string{
 		"t.toml": "table = \"public.t\"\nkey = [\"id\"]\n" + col("id", "integer") + col("bb", "integer", "b") + col("d", "integer") + col("b", "text"),
-		"u.toml": "table = \"public.u\"\nkey = [\"id\"]\ncompatibility = \"none\"\n" + col("id", "integer") + col("val", "integer", "Val") + col("j", "jsonb") + col("xx", "integer", "x"),
+		"u.toml": "table = \"public.u\"\nkey = [\"id\"]\ncompatibility = \"none\"\n" + col("id", "integer") + col("val", "integer", "Val") + col("jj", "jsonb", "j") + col("xx", "integer", "x") + col("j", "jsonb"),
 	} {
 		if err := os.WriteFile(filepath.Join(h.cfg.Contracts.Dir, file), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
@@ -125,7 +126,8 @@ func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 		{`ALTER TABLE t DROP COLUMN c`, `UPDATE t SET bb = bb + 100 WHERE id BETWEEN 26 AND 31`, `INSERT INTO t VALUES (41, 41)`},
 		{`ALTER TABLE t ADD COLUMN d int`, `ALTER TABLE t ADD COLUMN b text`, `UPDATE t SET d = id, b = 'b' || id WHERE id > 35`},
 		{`UPDATE u SET "Val" = "Val" + 100, x = x + 100 WHERE id <= 5`},
-		{`ALTER TABLE u RENAME COLUMN "Val" TO val`, `ALTER TABLE u RENAME COLUMN x TO xx`, `UPDATE u SET val = val + 1000 WHERE id >= 8`},
+		{`ALTER TABLE u RENAME COLUMN "Val" TO val`, `ALTER TABLE u RENAME COLUMN x TO xx`, `ALTER TABLE u RENAME COLUMN j TO jj`, `ALTER TABLE u ADD COLUMN j jsonb`,
+			`UPDATE u SET val = val + 1000, j = '{"n": 2}' WHERE id >= 8`},
 		{`UPDATE u SET xx = xx + 5 WHERE id = 6`},
 		{`ALTER TABLE u DROP COLUMN xx`, `UPDATE u SET val = val + 1 WHERE id = 10`},
 	}); err != nil {

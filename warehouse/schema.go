@@ -251,6 +251,7 @@ func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 	var summary []string
 	renames := renamesSince(prev, next)
 	diffRenames := maps.Clone(renames)
+	var applied []change.Renamed
 	for _, to := range slices.Sorted(maps.Keys(renames)) {
 		// Renamed, then dropped, or renamed with its old name given to a
 		// new column: renamed here, before the comparison (which matches
@@ -263,9 +264,11 @@ func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 			renamed.Columns[prev.Column(from)].Name = to
 			prev = &renamed
 			delete(diffRenames, to)
+			applied = append(applied, change.Renamed{From: from, To: to})
 		}
 	}
 	d := prev.Diff(next, diffRenames)
+	applied = append(applied, d.Renamed...)
 	if brk := d.Breaking(prev, next); d.Key != nil || (len(brk) > 0 && !next.Accepted) {
 		return p, fmt.Errorf("%w: %v", fault.ErrSchemaBreak, &brk[0])
 	}
@@ -326,7 +329,7 @@ func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 	if !history {
 		next.Renames = renames
 		if next.Formerly == nil {
-			next.Formerly = formerly(prev, next, d.Renamed, added)
+			next.Formerly = formerly(prev, next, applied, added)
 		}
 	}
 	p.summary = strings.Join(summary, "; ")
@@ -437,9 +440,9 @@ func keyHasInterval(t *change.Table) bool {
 // renamesSince is what next renamed since prev (new name → old name):
 // the renames the source recorded with next, and those next's former
 // names tell (of its columns, and of those dropped since) when versions
-// in between are missing (a rebuild from the
-// lake knows only the versions its files were written under, and changes
-// from before a rename may have been written under a later one).
+// in between are missing (a rebuild from the lake knows only the
+// versions its files were written under, and changes from before a
+// rename may have been written under a later one).
 func renamesSince(prev, next *change.Table) map[string]string {
 	out := maps.Clone(next.Renames)
 	for _, c := range imageColumns(next) {
@@ -468,20 +471,23 @@ func formerNames(t *change.Table, col string) []change.Former {
 		}
 	}
 	slices.SortFunc(out, func(a, b change.Former) int {
-		if a.Before.Less(b.Before) {
+		switch {
+		case a.Before.Less(b.Before):
 			return -1
+		case b.Before.Less(a.Before):
+			return 1
 		}
-		return 1
+		return 0
 	})
 	return out
 }
 
 // formerly carries prev's former column names over to next, through
-// the renames between them, and adds the names those renames replaced:
-// changes before next.Since carry them; and, for a column added under a
-// name another column had, that it did not exist before. A dropped column keeps its own
-// (silver keeps the column, and changes from before the drop its
-// values).
+// the renames between them (a dropped column keeps its own: silver keeps
+// the column, and changes from before the drop its values), and adds the
+// names those renames replaced, which changes before next.Since carry,
+// and, for a column added under a name another column had, that it did
+// not exist before.
 func formerly(prev, next *change.Table, renamed []change.Renamed, added []change.Column) []change.Former {
 	var out []change.Former
 	for _, f := range prev.Formerly {

@@ -28,8 +28,9 @@ func parseSQL(id int, topic string, t *change.Table) string {
 	for _, c := range cols {
 		img[c.Name] = duckType(c.Type).extract
 	}
+	readable := formerFields(t)
 	for _, f := range t.Formerly {
-		if formerFields(t)[f.Name] {
+		if readable[f.Name] {
 			img[f.Name] = duckType(imageColumn(t, f.Column).Type).extract
 		}
 	}
