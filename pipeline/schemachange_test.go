@@ -67,14 +67,36 @@ func TestSchemaChangesUnderTheContract(t *testing.T) {
 	contract(col("id", "integer") + col("bb", "integer", `renamed_from = "b"`) + col("c", "integer") + col("d", "text"))
 	h.run(t, Options{})
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
-	// The lake alone says the same, though the rename is older than the
+	// Renamed to the name of the column dropped before: silver keeps the
+	// dropped one's values under a name of its own.
+	stops([]string{`ALTER TABLE t RENAME COLUMN bb TO a`, `UPDATE t SET a = a + 1000 WHERE id BETWEEN 18 AND 21`},
+		"column bb was renamed to a", `name = "a" with renamed_from = "bb"`)
+	contract(col("id", "integer") + col("a", "integer", `renamed_from = "bb"`) + col("c", "integer") + col("d", "text"))
+	h.run(t, Options{})
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
+	// The lake alone says the same, though the renames are older than the
 	// newest schema: asof replays every schema version.
-	assertAsOfEqualsSource(t, h, "public.t")
+	asof := assertAsOfEqualsSource(t, h, "public.t")
+	fromLake := filepath.Join(t.TempDir(), "lake.duckdb")
+	if _, err := Backfill(context.Background(), h.cfg, BackfillOptions{All: true, Out: fromLake}, h.log); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{h.cfg.Warehouse.Path, asof, fromLake} {
+		// a's values at the drop, NULL for the rows changed after it.
+		db := openDuck(t, path)
+		var rows string
+		queryRow(t, db, "SELECT coalesce(string_agg(id::VARCHAR, ', ' ORDER BY id), '') FROM silver.t WHERE a_dropped IS DISTINCT FROM CASE WHEN id BETWEEN 6 AND 17 THEN 'a' || id END", &rows)
+		db.Close()
+		if rows != "" {
+			t.Errorf("%s: the dropped column a of silver.t holds other values than it had at the drop, in rows %s", path, rows)
+		}
+	}
+	assertSameSilver(t, h.cfg.Warehouse.Path, fromLake, "t")
 	// Retyped where silver's values do not convert: accepted by the
 	// contract, refused by silver, naming a value.
-	stops([]string{`ALTER TABLE t ALTER COLUMN d TYPE integer USING length(d)`, `INSERT INTO t (id, bb, c, d) VALUES (23, 23, 230, 23)`},
+	stops([]string{`ALTER TABLE t ALTER COLUMN d TYPE integer USING length(d)`, `INSERT INTO t (id, a, c, d) VALUES (23, 23, 230, 23)`},
 		"column d changed type from text to integer")
-	contract(col("id", "integer") + col("bb", "integer", `renamed_from = "b"`) + col("c", "integer") + col("d", "integer"))
+	contract(col("id", "integer") + col("a", "integer", `renamed_from = "bb"`) + col("c", "integer") + col("d", "integer"))
 	err := runWatched(t, h.cfg, Options{}, h.log)
 	if !errors.Is(err, fault.ErrSchemaBreak) || !strings.Contains(err.Error(), `column d of silver."t" cannot become INTEGER in silver`) {
 		t.Fatalf("want silver to refuse the retype, got %v", err)

@@ -2,6 +2,7 @@ package warehouse
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
@@ -125,6 +126,22 @@ func TestHistoryFollowsSchemaChanges(t *testing.T) {
 	}
 	var title string
 	if err := f.wh.conn.QueryRowContext(ctx, "SELECT title FROM silver.acct_history").Scan(&title); err != nil || title != "a" {
+		t.Fatalf("renamed column in history: %q, %v", title, err)
+	}
+	// note dropped, then title renamed to note: both tables keep the
+	// dropped note under a name of its own.
+	dropped := &change.Table{Schema: acct.Schema, Name: acct.Name, Accepted: true, Columns: next.Columns[:3]}
+	renamed := &change.Table{Schema: acct.Schema, Name: acct.Name, Accepted: true, Renames: map[string]string{"note": "title"},
+		Columns: []change.Column{acct.Columns[0], {Name: "note", Type: acct.Columns[1].Type}, acct.Columns[2]}}
+	for i, s := range []*change.Table{dropped, renamed} {
+		if err := f.wh.ApplySchemas(ctx, []Schema{{topic, s}}, "lf._schemas", schemaPos(int64(3+i)), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := cols("acct_history"), cols("acct"); got != want || !strings.Contains(got, "note_dropped VARCHAR") {
+		t.Fatalf("history columns %q, silver's %q", got, want)
+	}
+	if err := f.wh.conn.QueryRowContext(ctx, "SELECT note FROM silver.acct_history").Scan(&title); err != nil || title != "a" {
 		t.Fatalf("renamed column in history: %q, %v", title, err)
 	}
 }

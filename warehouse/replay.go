@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -214,8 +215,11 @@ func (w *Warehouse) renameChains(ctx context.Context) (map[string]map[string][]s
 		if out[id] == nil {
 			out[id] = map[string][]string{}
 		}
+		// A version's renames are simultaneous: each extends the chain
+		// its old name had before it.
+		before := maps.Clone(out[id])
 		for to, from := range t.Renames {
-			out[id][to] = append([]string{from}, out[id][from]...)
+			out[id][to] = append([]string{from}, before[from]...)
 		}
 	}
 	return out, rows.Err()
@@ -229,12 +233,16 @@ func (w *Warehouse) renameChains(ctx context.Context) (map[string]map[string][]s
 // flag, and for a full image the key-only apply gives the same row) and
 // how many truncates.
 func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, renames map[string][]string, where string) (int, rowsInfo, error) {
-	src := fmt.Sprintf("read_parquet(%s, union_by_name = true)", sqlList(files))
+	src := fmt.Sprintf("read_parquet(%s, union_by_name = true, filename = true)", sqlList(files))
 	fields, err := w.structFields(ctx, src)
 	if err != nil {
 		return 0, rowsInfo{}, err
 	}
 	same, err := w.sameImages(ctx, t, src)
+	if err != nil {
+		return 0, rowsInfo{}, err
+	}
+	olderFiles, err := w.olderFiles(ctx, t.schema, files)
 	if err != nil {
 		return 0, rowsInfo{}, err
 	}
@@ -251,7 +259,11 @@ func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, rena
 			typ := lakeType(c.Type)
 			var have []string
 			if fields[c.Name] {
-				have = append(have, fmt.Sprintf("CAST(%s.%s AS %s)", side, ident(c.Name), typ))
+				v := fmt.Sprintf("CAST(%s.%s AS %s)", side, ident(c.Name), typ)
+				if older := olderFiles[c.Name]; len(older) > 0 {
+					v = fmt.Sprintf("CASE WHEN NOT list_contains(%s, filename) THEN %s END", sqlList(older), v)
+				}
+				have = append(have, v)
 			}
 			formers := formerNames(t.schema, c.Name)
 			for _, n := range renames[c.Name] {
@@ -327,6 +339,46 @@ func (w *Warehouse) sameImages(ctx context.Context, t *table, src string) (bool,
 	err := w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT typeof(struct_pack(%s)), (SELECT typeof(after) FROM %s LIMIT 1)",
 		strings.Join(fields, ", "), src)).Scan(&want, &have)
 	return want == have, err
+}
+
+// olderFiles gives, per column of t that took its name in a rename (or
+// was added under a name another column had), those of files written
+// under a schema from before then: they may hold another column under
+// that name (a dropped one, which silver keeps under a name of its own
+// since), and the column under its former name. (Files written after a
+// rename hold changes from before it under the new name: the file, not
+// the change, says which name holds the column.)
+func (w *Warehouse) olderFiles(ctx context.Context, t *change.Table, files []string) (map[string][]string, error) {
+	last := map[string]change.Position{}
+	for _, c := range imageColumns(t) {
+		for _, f := range formerNames(t, c.Name) {
+			if !strings.EqualFold(f.Name, c.Name) {
+				last[c.Name] = f.Before
+			}
+		}
+	}
+	if len(last) == 0 {
+		return nil, nil
+	}
+	meta, err := w.lakeMetadata(ctx, files)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, file := range files {
+		var written struct {
+			Since change.Position `json:"since"`
+		}
+		if err := json.Unmarshal([]byte(meta[file][metaSchema]), &written); err != nil {
+			return nil, fmt.Errorf("lake file %s: schema: %w", file, err)
+		}
+		for col, p := range last {
+			if written.Since.Less(p) {
+				out[col] = append(out[col], file)
+			}
+		}
+	}
+	return out, nil
 }
 
 // structFields lists the fields of the images of a lake relation (its

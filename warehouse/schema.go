@@ -253,6 +253,24 @@ func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 	diffRenames := maps.Clone(renames)
 	var applied []change.Renamed
 	for _, to := range slices.Sorted(maps.Keys(renames)) {
+		// Renamed to the name of a column dropped before: the dropped one,
+		// which silver keeps (and changes from before its drop carry its
+		// values), moves to a name of its own first.
+		i := slices.IndexFunc(prev.Retired, func(c change.Column) bool { return strings.EqualFold(c.Name, to) })
+		if i < 0 || prev.Column(renames[to]) < 0 {
+			continue
+		}
+		from, kept := prev.Retired[i].Name, keptName(prev, next, to)
+		renames[kept] = from // the lake's files hold it under its name
+		p.ddl = append(p.ddl, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", silver, ident(from), ident(kept)))
+		summary = append(summary, "kept the dropped "+from+" as "+kept)
+		moved := *prev
+		moved.Retired = slices.Clone(prev.Retired)
+		moved.Retired[i].Name = kept
+		prev = &moved
+		applied = append(applied, change.Renamed{From: from, To: kept})
+	}
+	for _, to := range slices.Sorted(maps.Keys(renames)) {
 		// Renamed, then dropped, or renamed with its old name given to a
 		// new column: renamed here, before the comparison (which matches
 		// columns by name), and retired or added below.
@@ -334,6 +352,26 @@ func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 	}
 	p.summary = strings.Join(summary, "; ")
 	return p, nil
+}
+
+// keptName is a name for the dropped column col when another takes its
+// name: col_dropped, or col_dropped_2 and on where a column of prev or
+// next has that name (DuckDB's names ignore case). (next's own dropped
+// columns, if it has them, are prev's: a rebuild's versions hold them.)
+func keptName(prev, next *change.Table, col string) string {
+	taken := func(name string) bool {
+		for _, c := range slices.Concat(prev.Columns, prev.Retired, next.Columns) {
+			if strings.EqualFold(c.Name, name) {
+				return true
+			}
+		}
+		return false
+	}
+	name := col + "_dropped"
+	for n := 2; taken(name); n++ {
+		name = fmt.Sprintf("%s_dropped_%d", col, n)
+	}
+	return name
 }
 
 func retired(t *change.Table, name string) int {
