@@ -116,13 +116,18 @@ func TestSchemaChangesUnderTheContract(t *testing.T) {
 // changes before it.
 // public.u's renames change case alone (its JSON column sends every
 // change through the SQL decoder), are followed by the drop, or give the
-// old name to a new column in the same version.
+// old name to a new column in the same version; public.v renames a column
+// to the name of one dropped before (files written before the rename hold
+// the dropped one under that name, those written after the held changes
+// from before the rename).
 func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
-	h := newHarness(t, "public.t", "public.u")
+	h := newHarness(t, "public.t", "public.u", "public.v")
 	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, b int, c text)`, `ALTER TABLE t REPLICA IDENTITY FULL`,
 		`INSERT INTO t SELECT g, g, 'c' || g FROM generate_series(1, 40) g`,
 		`CREATE TABLE u (id int PRIMARY KEY, "Val" int, j jsonb, x int)`, `ALTER TABLE u REPLICA IDENTITY FULL`,
-		`INSERT INTO u SELECT g, g, '{"k": 1}', g FROM generate_series(1, 10) g`)
+		`INSERT INTO u SELECT g, g, '{"k": 1}', g FROM generate_series(1, 10) g`,
+		`CREATE TABLE v (id int PRIMARY KEY, p int, q int)`, `ALTER TABLE v REPLICA IDENTITY FULL`,
+		`INSERT INTO v SELECT g, g, g * 10 FROM generate_series(1, 10) g`)
 	h.run(t, Options{})
 	if err := os.MkdirAll(h.cfg.Contracts.Dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -137,6 +142,7 @@ func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 	for file, body := range map[string]string{
 		"t.toml": "table = \"public.t\"\nkey = [\"id\"]\n" + col("id", "integer") + col("bb", "integer", "b") + col("d", "integer") + col("b", "text"),
 		"u.toml": "table = \"public.u\"\nkey = [\"id\"]\ncompatibility = \"none\"\n" + col("id", "integer") + col("val", "integer", "Val") + col("jj", "jsonb", "j") + col("xx", "integer", "x") + col("j", "jsonb"),
+		"v.toml": "table = \"public.v\"\nkey = [\"id\"]\ncompatibility = \"none\"\n" + col("id", "integer") + col("q", "integer", "p"),
 	} {
 		if err := os.WriteFile(filepath.Join(h.cfg.Contracts.Dir, file), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
@@ -152,17 +158,22 @@ func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 			`UPDATE u SET val = val + 1000, j = '{"n": 2}' WHERE id >= 8`},
 		{`UPDATE u SET xx = xx + 5 WHERE id = 6`},
 		{`ALTER TABLE u DROP COLUMN xx`, `UPDATE u SET val = val + 1 WHERE id = 10`},
+		{`UPDATE v SET q = q + 1 WHERE id <= 2`},
+		{`ALTER TABLE v DROP COLUMN q`, `UPDATE v SET p = NULL WHERE id = 3`},
+		{`UPDATE v SET p = p + 100 WHERE id = 4`},
+		{`ALTER TABLE v RENAME COLUMN p TO q`, `UPDATE v SET q = q + 1000 WHERE id IN (2, 5)`},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	h.run(t, Options{})
-	tables := []string{"public.t", "public.u"}
+	tables := []string{"public.t", "public.u", "public.v"}
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, tables...)
 	// The dropped columns: their values at the drop, NULL for rows changed
 	// after it.
 	retired := map[string]string{
 		"t": "c IS DISTINCT FROM CASE WHEN id <= 10 THEN 'new' || id WHEN id <= 25 OR id BETWEEN 32 AND 35 THEN 'c' || id END",
 		"u": "xx IS DISTINCT FROM CASE WHEN id <= 5 THEN id + 100 WHEN id = 6 THEN 11 WHEN id < 10 THEN id END",
+		"v": "q_dropped IS DISTINCT FROM CASE WHEN id = 1 THEN 11 WHEN id NOT IN (2, 3, 4, 5) THEN id * 10 END",
 	}
 	asof := assertAsOfEqualsSource(t, h, tables...)
 	h.cfg.Warehouse.Live += ".moved" // a rebuild from the lake alone
@@ -187,7 +198,7 @@ func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 		db.Close()
 	}
 	for _, path := range []string{asof, fromLake, fromWarehouse} {
-		assertSameSilver(t, h.cfg.Warehouse.Path, path, "t", "u")
+		assertSameSilver(t, h.cfg.Warehouse.Path, path, "t", "u", "v")
 	}
 	assertLakeExactlyOnce(t, h.cfg, tables...)
 }

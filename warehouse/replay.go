@@ -242,56 +242,65 @@ func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, rena
 	if err != nil {
 		return 0, rowsInfo{}, err
 	}
-	olderFiles, err := w.olderFiles(ctx, t.schema, files)
+	byFile, err := w.namesByFile(ctx, t.schema, files)
 	if err != nil {
 		return 0, rowsInfo{}, err
 	}
+	renamed := false
+	for col, groups := range byFile {
+		renamed = renamed || len(groups) > 1 || groups[0].name != col
+	}
+	// field is the files' field spelled name (names that differ in case
+	// alone are one field of the files united).
+	field := func(name string) (string, bool) {
+		for f := range fields {
+			if name != "" && strings.EqualFold(f, name) {
+				return f, true
+			}
+		}
+		return "", false
+	}
 	image := func(side string) string {
-		if same && !slices.ContainsFunc(t.schema.Formerly, func(f change.Former) bool { return f.Name == "" }) {
+		if same && !renamed {
 			return side // the files have the current schema's images
 		}
 		cols := imageColumns(t.schema)
 		vals := make([]string, len(cols))
-		before := func(p change.Position) string {
-			return fmt.Sprintf("(_cdc_seq < %[1]d OR (_cdc_seq = %[1]d AND _cdc_ord < %[2]d))", uint64(p.Seq), p.Ord)
-		}
 		for i, c := range cols {
 			typ := lakeType(c.Type)
-			var have []string
-			if fields[c.Name] {
-				v := fmt.Sprintf("CAST(%s.%s AS %s)", side, ident(c.Name), typ)
-				if older := olderFiles[c.Name]; len(older) > 0 {
-					v = fmt.Sprintf("CASE WHEN NOT list_contains(%s, filename) THEN %s END", sqlList(older), v)
+			// A name other than the column's own counts as what converts
+			// (a retype since may have left values that do not).
+			value := func(name string) string {
+				f, ok := field(name)
+				switch {
+				case !ok:
+					return "NULL"
+				case strings.EqualFold(name, c.Name):
+					return fmt.Sprintf("CAST(%s.%s AS %s)", side, ident(f), typ)
 				}
-				have = append(have, v)
+				return fmt.Sprintf("TRY_CAST(%s.%s AS %s)", side, ident(f), typ)
 			}
-			formers := formerNames(t.schema, c.Name)
-			for _, n := range renames[c.Name] {
-				if !fields[n] {
-					continue
+			var v string
+			if groups, ok := byFile[c.Name]; ok {
+				// Each file holds the column under the name it had when
+				// the file was written.
+				v = value(groups[len(groups)-1].name)
+				if len(groups) > 1 {
+					var b strings.Builder
+					b.WriteString("CASE")
+					for _, g := range groups[:len(groups)-1] {
+						fmt.Fprintf(&b, " WHEN list_contains(%s, filename) THEN %s", sqlList(g.files), value(g.name))
+					}
+					v = b.String() + " ELSE " + v + " END"
 				}
-				// Files of the column's former names hold it under them,
-				// and a name another column took since may hold that
-				// one's values: a former name counts for the changes
-				// before its end (if the warehouse knows it), as what
-				// converts. (Names that differ in case alone are one
-				// field of the files united.)
-				v := fmt.Sprintf("TRY_CAST(%s.%s AS %s)", side, ident(n), typ)
-				if j := slices.IndexFunc(formers, func(f change.Former) bool { return f.Name == n }); j >= 0 && !strings.EqualFold(n, c.Name) {
-					v = fmt.Sprintf("CASE WHEN %s THEN %s END", before(formers[j].Before), v)
+			} else {
+				// A warehouse that does not know when the column had its
+				// former names: the first of them a change holds.
+				have := []string{value(c.Name)}
+				for _, n := range renames[c.Name] {
+					have = append(have, value(n))
 				}
-				have = append(have, v)
-			}
-			v := "NULL"
-			if len(have) > 0 {
 				v = "coalesce(" + strings.Join(have, ", ") + ")"
-			}
-			for _, f := range formers {
-				if f.Name == "" {
-					// Added under a name another column had: a change from
-					// before has that column's value under it.
-					v = fmt.Sprintf("CASE WHEN %s THEN NULL ELSE %s END", before(f.Before), v)
-				}
 			}
 			vals[i] = fmt.Sprintf("%s := CAST(%s AS %s)", ident(c.Name), v, typ)
 		}
@@ -341,30 +350,34 @@ func (w *Warehouse) sameImages(ctx context.Context, t *table, src string) (bool,
 	return want == have, err
 }
 
-// olderFiles gives, per column of t that took its name in a rename (or
-// was added under a name another column had), those of files written
-// under a schema from before then: they may hold another column under
-// that name (a dropped one, which silver keeps under a name of its own
-// since), and the column under its former name. (Files written after a
-// rename hold changes from before it under the new name: the file, not
-// the change, says which name holds the column.)
-func (w *Warehouse) olderFiles(ctx context.Context, t *change.Table, files []string) (map[string][]string, error) {
-	last := map[string]change.Position{}
+// namedFiles are lake files that hold a column under one name.
+type namedFiles struct {
+	name  string // "": the files do not hold the column
+	files []string
+}
+
+// namesByFile gives, for each column of t with former names, the names
+// files hold it under: the name it had under the schema the file was
+// written with (each file's metadata names it). A file written after a
+// rename holds the changes from before it under the new name; one written
+// before holds them under the old, and may hold another column under the
+// new (one dropped, which silver keeps under a name of its own since, or
+// one renamed away).
+func (w *Warehouse) namesByFile(ctx context.Context, t *change.Table, files []string) (map[string][]namedFiles, error) {
+	formers := map[string][]change.Former{}
 	for _, c := range imageColumns(t) {
-		for _, f := range formerNames(t, c.Name) {
-			if !strings.EqualFold(f.Name, c.Name) {
-				last[c.Name] = f.Before
-			}
+		if f := formerNames(t, c.Name); len(f) > 0 {
+			formers[c.Name] = f
 		}
 	}
-	if len(last) == 0 {
+	if len(formers) == 0 {
 		return nil, nil
 	}
 	meta, err := w.lakeMetadata(ctx, files)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string][]string{}
+	out := map[string][]namedFiles{}
 	for _, file := range files {
 		var written struct {
 			Since change.Position `json:"since"`
@@ -372,9 +385,16 @@ func (w *Warehouse) olderFiles(ctx context.Context, t *change.Table, files []str
 		if err := json.Unmarshal([]byte(meta[file][metaSchema]), &written); err != nil {
 			return nil, fmt.Errorf("lake file %s: schema: %w", file, err)
 		}
-		for col, p := range last {
-			if written.Since.Less(p) {
-				out[col] = append(out[col], file)
+		for col, fs := range formers {
+			name := col
+			if i := slices.IndexFunc(fs, func(f change.Former) bool { return written.Since.Less(f.Before) }); i >= 0 {
+				name = fs[i].Name
+			}
+			groups := out[col]
+			if j := slices.IndexFunc(groups, func(g namedFiles) bool { return g.name == name }); j >= 0 {
+				groups[j].files = append(groups[j].files, file)
+			} else {
+				out[col] = append(groups, namedFiles{name: name, files: []string{file}})
 			}
 		}
 	}
