@@ -252,23 +252,27 @@ func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 	renames := renamesSince(prev, next)
 	diffRenames := maps.Clone(renames)
 	var applied []change.Renamed
+	// keep moves the dropped column from, which silver keeps (and changes
+	// from before its drop carry its values), to a name of its own when
+	// another column takes its name.
+	keep := func(from string) string {
+		kept := keptName(prev, next, from)
+		p.ddl = append(p.ddl, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", silver, ident(from), ident(kept)))
+		summary = append(summary, "kept the dropped "+from+" as "+kept)
+		applied = append(applied, change.Renamed{From: from, To: kept})
+		return kept
+	}
 	for _, to := range slices.Sorted(maps.Keys(renames)) {
-		// Renamed to the name of a column dropped before: the dropped one,
-		// which silver keeps (and changes from before its drop carry its
-		// values), moves to a name of its own first.
+		// Renamed to the name of a column dropped before: the dropped one
+		// moves first.
 		i := slices.IndexFunc(prev.Retired, func(c change.Column) bool { return strings.EqualFold(c.Name, to) })
 		if i < 0 || prev.Column(renames[to]) < 0 {
 			continue
 		}
-		from, kept := prev.Retired[i].Name, keptName(prev, next, to)
-		renames[kept] = from // the lake's files hold it under its name
-		p.ddl = append(p.ddl, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", silver, ident(from), ident(kept)))
-		summary = append(summary, "kept the dropped "+from+" as "+kept)
 		moved := *prev
 		moved.Retired = slices.Clone(prev.Retired)
-		moved.Retired[i].Name = kept
+		moved.Retired[i].Name = keep(prev.Retired[i].Name)
 		prev = &moved
-		applied = append(applied, change.Renamed{From: from, To: kept})
 	}
 	for _, to := range slices.Sorted(maps.Keys(renames)) {
 		// Renamed, then dropped, or renamed with its old name given to a
@@ -329,14 +333,13 @@ func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 	}
 	var added []change.Column
 	for _, c := range d.Added {
-		if i := retired(next, c.Name); i >= 0 {
-			// Dropped before and added again: the column is back.
-			next.Retired = append(next.Retired[:i], next.Retired[i+1:]...)
-			p.ddl = append(p.ddl, fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s TYPE %s", silver, ident(c.Name), duckType(c.Type).duck))
-		} else {
-			p.ddl = append(p.ddl, fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", silver, ident(c.Name), duckType(c.Type).duck))
-			added = append(added, c)
+		if i := slices.IndexFunc(next.Retired, func(r change.Column) bool { return strings.EqualFold(r.Name, c.Name) }); i >= 0 {
+			// Dropped before and added again: a new column (the source's
+			// rows hold NULL or its default in it).
+			next.Retired[i].Name = keep(next.Retired[i].Name)
 		}
+		p.ddl = append(p.ddl, fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s %s", silver, ident(c.Name), duckType(c.Type).duck))
+		added = append(added, c)
 		summary = append(summary, "added "+c.Name+" "+c.Type.Name)
 		if c.Fill.Set() {
 			// The rows silver has are older than the column: PostgreSQL
