@@ -59,8 +59,10 @@ func Judge(c *Contract, prev, next *change.Table) (d change.Diff, accepted bool,
 		ref.Changes = append(ref.Changes, bc)
 		ref.Hints = append(ref.Hints, hint)
 	}
-	for _, bc := range d.Breaking(prev, next) {
+	for _, bc := range append(prev.Moved(next, renames), d.Breaking(prev, next)...) {
 		switch bc.What {
+		case "moved":
+			refuse(bc, "lakeflow cannot follow it: capture the table again under a new source.slot, which snapshots it")
 		case "key":
 			refuse(bc, "a new primary key cannot be accepted: the table's history is keyed by the old one; capture it under a new source.slot")
 		case "renamed":

@@ -211,3 +211,33 @@ func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 	}
 	assertLakeExactlyOnce(t, h.cfg, tables...)
 }
+
+// TestColumnsThatChangePlacesStop: two columns renamed into each other's
+// names look, by name, like no change at all; lakeflow stops (even under
+// compatibility "none", which accepts every change it can follow) rather
+// than mix their values in silver.
+func TestColumnsThatChangePlacesStop(t *testing.T) {
+	h := newHarness(t, "public.t")
+	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, m int, n int)`, `ALTER TABLE t REPLICA IDENTITY FULL`,
+		`INSERT INTO t SELECT g, g, g * 10 FROM generate_series(1, 5) g`)
+	if err := os.MkdirAll(h.cfg.Contracts.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	body := "table = \"public.t\"\nkey = [\"id\"]\ncompatibility = \"none\"\n"
+	for _, c := range []string{"id", "m", "n"} {
+		body += "[[columns]]\nname = \"" + c + "\"\ntype = \"integer\"\n"
+	}
+	if err := os.WriteFile(filepath.Join(h.cfg.Contracts.Dir, "t.toml"), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.run(t, Options{})
+	err := runWatched(t, h.cfg, Options{Workload: func(ctx context.Context, dsn string) error {
+		return applySteps(ctx, dsn, [][]string{
+			{`ALTER TABLE t RENAME COLUMN m TO tmp`, `ALTER TABLE t RENAME COLUMN n TO m`, `ALTER TABLE t RENAME COLUMN tmp TO n`},
+			{`UPDATE t SET m = m + 1 WHERE id = 1`},
+		})
+	}}, h.log)
+	if !errors.Is(err, fault.ErrSchemaBreak) || !strings.Contains(err.Error(), "table public.t: column m now follows n, which it preceded") {
+		t.Fatalf("want a stop naming the columns that changed places, got %v", err)
+	}
+}

@@ -126,6 +126,36 @@ func (t *Table) Diff(next *Table, renames map[string]string) Diff {
 	return d
 }
 
+// Moved lists the columns of next (matched to t's by name, or by renames:
+// new name → old name) that follow a column they preceded in t.
+// PostgreSQL keeps a table's columns in the order they were added, so
+// such a name was given to another column (columns renamed into each
+// other's names), or dropped and added again in one transaction (a
+// Relation message names the columns, nothing more): which values are
+// which cannot be told.
+func (t *Table) Moved(next *Table, renames map[string]string) []BreakingChange {
+	var out []BreakingChange
+	renamedFrom := map[string]bool{}
+	for _, from := range renames {
+		renamedFrom[from] = true
+	}
+	last, lastName := -1, ""
+	for _, nc := range next.Columns {
+		old, renamed := renames[nc.Name]
+		if !renamed {
+			old = nc.Name
+		}
+		switch i := t.Column(old); {
+		case i < 0 || (!renamed && renamedFrom[old]): // new (under a renamed column's old name)
+		case i < last:
+			out = append(out, BreakingChange{Table: t.ID(), Column: nc.Name, What: "moved", New: lastName})
+		default:
+			last, lastName = i, nc.Name
+		}
+	}
+	return out
+}
+
 // Breaking lists the changes of d from old to next that do not keep every
 // value as it is (all but new columns and widened types). A dropped column
 // whose place a new one of its type took reads as a rename, which is how
@@ -164,7 +194,8 @@ type BreakingChange struct {
 	Table  string
 	Column string
 	// What happened: "dropped", "renamed", "retyped", "narrowed",
-	// "widened" (refused by a contract's compatibility mode) or "key".
+	// "widened" (refused by a contract's compatibility mode), "moved" (New
+	// is the column it now follows) or "key".
 	What string
 	// Old and New are the column's old and new type, or for a rename its
 	// old and new name.
@@ -183,6 +214,8 @@ func (e *BreakingChange) Error() string {
 		return fmt.Sprintf("table %s: column %s narrowed from %s to %s", e.Table, e.Column, e.Old, e.New)
 	case "widened":
 		return fmt.Sprintf("table %s: column %s widened from %s to %s", e.Table, e.Column, e.Old, e.New)
+	case "moved":
+		return fmt.Sprintf("table %s: column %s now follows %s, which it preceded: another column took its name (columns renamed into each other's names), or it was dropped and added again in one transaction, and the change does not say which", e.Table, e.Column, e.New)
 	}
 	return fmt.Sprintf("table %s: the primary key changed from (%s) to (%s)", e.Table, e.Old, e.New)
 }
