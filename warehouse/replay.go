@@ -233,15 +233,6 @@ func (w *Warehouse) renameChains(ctx context.Context) (map[string]map[string][]s
 // flag, and for a full image the key-only apply gives the same row) and
 // how many truncates.
 func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, renames map[string][]string, where string) (int, rowsInfo, error) {
-	src := fmt.Sprintf("read_parquet(%s, union_by_name = true, filename = true)", sqlList(files))
-	fields, err := w.structFields(ctx, src)
-	if err != nil {
-		return 0, rowsInfo{}, err
-	}
-	same, err := w.sameImages(ctx, t, src)
-	if err != nil {
-		return 0, rowsInfo{}, err
-	}
 	byFile, err := w.namesByFile(ctx, t.schema, files)
 	if err != nil {
 		return 0, rowsInfo{}, err
@@ -249,6 +240,18 @@ func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, rena
 	renamed := false
 	for col, groups := range byFile {
 		renamed = renamed || len(groups) > 1 || groups[0].name != col
+	}
+	src := fmt.Sprintf("read_parquet(%s, union_by_name = true)", sqlList(files))
+	if renamed {
+		src = fmt.Sprintf("read_parquet(%s, union_by_name = true, filename = true)", sqlList(files))
+	}
+	fields, err := w.structFields(ctx, src)
+	if err != nil {
+		return 0, rowsInfo{}, err
+	}
+	same, err := w.sameImages(ctx, t, src)
+	if err != nil {
+		return 0, rowsInfo{}, err
 	}
 	// field is the files' field spelled name (names that differ in case
 	// alone are one field of the files united).
