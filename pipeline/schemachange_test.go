@@ -119,11 +119,14 @@ func TestSchemaChangesUnderTheContract(t *testing.T) {
 // old name to a new column in the same version; public.v renames a column
 // to the name of one dropped before (files written before the rename hold
 // the dropped one under that name, those written after the held changes
-// from before the rename); public.w adds two columns under the names of
+// from before the rename; a column added after it leaves the lake without
+// the version that made it); public.w adds two columns under the names of
 // two it dropped (one in other case), which start empty, as in the
-// source.
+// source; public.x, with history, drops its last column and adds it again,
+// so that changes from before spell the current names (the Go decoder
+// leaves them to the SQL one).
 func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
-	h := newHarness(t, "public.t", "public.u", "public.v", "public.w")
+	h := newHarness(t, "public.t", "public.u", "public.v", "public.w", "public.x")
 	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, b int, c text)`, `ALTER TABLE t REPLICA IDENTITY FULL`,
 		`INSERT INTO t SELECT g, g, 'c' || g FROM generate_series(1, 40) g`,
 		`CREATE TABLE u (id int PRIMARY KEY, "Val" int, j jsonb, x int)`, `ALTER TABLE u REPLICA IDENTITY FULL`,
@@ -131,7 +134,9 @@ func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 		`CREATE TABLE v (id int PRIMARY KEY, p int, q int)`, `ALTER TABLE v REPLICA IDENTITY FULL`,
 		`INSERT INTO v SELECT g, g, g * 10 FROM generate_series(1, 10) g`,
 		`CREATE TABLE w (id int PRIMARY KEY, r int, s int)`, `ALTER TABLE w REPLICA IDENTITY FULL`,
-		`INSERT INTO w SELECT g, g, g FROM generate_series(1, 10) g`)
+		`INSERT INTO w SELECT g, g, g FROM generate_series(1, 10) g`,
+		`CREATE TABLE x (id int PRIMARY KEY, a int, s int)`, `ALTER TABLE x REPLICA IDENTITY FULL`,
+		`INSERT INTO x SELECT g, g, g FROM generate_series(1, 10) g`)
 	h.run(t, Options{})
 	if err := os.MkdirAll(h.cfg.Contracts.Dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -148,6 +153,7 @@ func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 		"u.toml": "table = \"public.u\"\nkey = [\"id\"]\ncompatibility = \"none\"\n" + col("id", "integer") + col("val", "integer", "Val") + col("jj", "jsonb", "j") + col("xx", "integer", "x") + col("j", "jsonb"),
 		"v.toml": "table = \"public.v\"\nkey = [\"id\"]\ncompatibility = \"none\"\n" + col("id", "integer") + col("q", "integer", "p"),
 		"w.toml": "table = \"public.w\"\nkey = [\"id\"]\ncompatibility = \"none\"\n" + col("id", "integer") + col("R", "integer") + col("s", "integer"),
+		"x.toml": "table = \"public.x\"\nkey = [\"id\"]\ncompatibility = \"none\"\nhistory = true\n" + col("id", "integer") + col("a", "integer") + col("s", "integer"),
 	} {
 		if err := os.WriteFile(filepath.Join(h.cfg.Contracts.Dir, file), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
@@ -167,14 +173,18 @@ func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 		{`ALTER TABLE v DROP COLUMN q`, `UPDATE v SET p = NULL WHERE id = 3`},
 		{`UPDATE v SET p = p + 100 WHERE id = 4`},
 		{`ALTER TABLE v RENAME COLUMN p TO q`, `UPDATE v SET q = q + 1000 WHERE id IN (2, 5)`},
+		{`ALTER TABLE v ADD COLUMN z int`, `UPDATE v SET z = id WHERE id = 7`},
 		{`UPDATE w SET r = r + 10, s = s + 10 WHERE id <= 2`},
+		{`UPDATE x SET s = s + 10 WHERE id <= 2`},
+		{`ALTER TABLE x DROP COLUMN s`, `UPDATE x SET id = id WHERE id = 3`},
+		{`ALTER TABLE x ADD COLUMN s int`, `UPDATE x SET s = 100 + id WHERE id >= 8`},
 		{`ALTER TABLE w DROP COLUMN r`, `ALTER TABLE w DROP COLUMN s`, `UPDATE w SET id = id WHERE id = 3`},
 		{`ALTER TABLE w ADD COLUMN "R" int`, `ALTER TABLE w ADD COLUMN s int`, `UPDATE w SET "R" = 100 + id, s = 100 + id WHERE id >= 8`},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	h.run(t, Options{})
-	tables := []string{"public.t", "public.u", "public.v", "public.w"}
+	tables := []string{"public.t", "public.u", "public.v", "public.w", "public.x"}
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, tables...)
 	// The dropped columns: their values at the drop, NULL for rows changed
 	// after it.
@@ -182,15 +192,20 @@ func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 		"t": "c IS DISTINCT FROM CASE WHEN id <= 10 THEN 'new' || id WHEN id <= 25 OR id BETWEEN 32 AND 35 THEN 'c' || id END",
 		"u": "xx IS DISTINCT FROM CASE WHEN id <= 5 THEN id + 100 WHEN id = 6 THEN 11 WHEN id < 10 THEN id END",
 		"w": "r_dropped IS DISTINCT FROM s_dropped OR r_dropped IS DISTINCT FROM CASE WHEN id <= 2 THEN id + 10 WHEN id NOT IN (3, 8, 9, 10) THEN id END",
-		"v": "q_dropped IS DISTINCT FROM CASE WHEN id = 1 THEN 11 WHEN id NOT IN (2, 3, 4, 5) THEN id * 10 END",
+		"x": "s_dropped IS DISTINCT FROM CASE WHEN id <= 2 THEN id + 10 WHEN id NOT IN (3, 8, 9, 10) THEN id END",
+		"v": "q_dropped IS DISTINCT FROM CASE WHEN id = 1 THEN 11 WHEN id NOT IN (2, 3, 4, 5, 7) THEN id * 10 END",
 	}
 	asof := assertAsOfEqualsSource(t, h, tables...)
-	h.cfg.Warehouse.Live += ".moved" // a rebuild from the lake alone
+	// A rebuild from the lake alone: no live warehouse, nor one to start
+	// it from.
+	h.cfg.Warehouse.Live += ".moved"
+	h.cfg.Warehouse.Path += ".moved"
 	fromLake := filepath.Join(t.TempDir(), "lake.duckdb")
 	if _, err := Backfill(context.Background(), h.cfg, BackfillOptions{All: true, Out: fromLake}, h.log); err != nil {
 		t.Fatal(err)
 	}
 	h.cfg.Warehouse.Live = strings.TrimSuffix(h.cfg.Warehouse.Live, ".moved")
+	h.cfg.Warehouse.Path = strings.TrimSuffix(h.cfg.Warehouse.Path, ".moved")
 	fromWarehouse := filepath.Join(t.TempDir(), "rebuilt.duckdb")
 	if _, err := Backfill(context.Background(), h.cfg, BackfillOptions{All: true, Out: fromWarehouse}, h.log); err != nil {
 		t.Fatal(err)
@@ -207,7 +222,7 @@ func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 		db.Close()
 	}
 	for _, path := range []string{asof, fromLake, fromWarehouse} {
-		assertSameSilver(t, h.cfg.Warehouse.Path, path, "t", "u", "v", "w")
+		assertSameSilver(t, h.cfg.Warehouse.Path, path, "t", "u", "v", "w", "x", "x_history")
 	}
 	assertLakeExactlyOnce(t, h.cfg, tables...)
 }

@@ -28,6 +28,11 @@ type flatDecoder struct {
 	// keys are the image keys as change.Envelope writes them, `"name":`.
 	keys []string
 	key  []int
+	// since is where the current names took effect: a change from before
+	// may spell them alike and mean other columns (a name dropped and
+	// added again), so the SQL decoder, which reads each column under
+	// its name at the change's position, takes it.
+	since change.Position
 	// row is the flat row being filled: op, has before, has after, the
 	// before values, the after values, then the flat* fields.
 	row []driver.Value
@@ -285,6 +290,11 @@ func isUUID(text []byte) bool {
 // has no carrier.
 func newFlatDecoder(id int, topic string, t *change.Table) *flatDecoder {
 	d := &flatDecoder{key: t.KeyColumns()}
+	for _, f := range t.Formerly {
+		if d.since.Less(f.Before) {
+			d.since = f.Before
+		}
+	}
 	for _, c := range t.Columns {
 		ct, ok := carrierOf(c.Type)
 		if !ok {
@@ -417,6 +427,9 @@ func (d *flatDecoder) decode(v []byte) bool {
 		}
 	}
 	if !ok || s.i != len(v) || seen&(seenOp|seenSeq|seenOrd|seenCommit) != seenOp|seenSeq|seenOrd|seenCommit {
+		return false
+	}
+	if (change.Position{Seq: change.LSN(meta[flatSeq].(uint64)), Ord: meta[flatOrd].(uint32)}).Less(d.since) {
 		return false
 	}
 	// parseSQL's dlq_reason, but for the unfit values read refused.

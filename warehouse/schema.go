@@ -491,7 +491,9 @@ func renamesSince(prev, next *change.Table) map[string]string {
 			if !prev.Since.Less(f.Before) {
 				continue // the name had ended when prev took effect
 			}
-			if prev.Column(f.Name) >= 0 && prev.Column(c.Name) < 0 {
+			// (A column prev has under c's name is another one, since
+			// dropped or renamed away.)
+			if prev.Column(f.Name) >= 0 {
 				if out == nil {
 					out = map[string]string{}
 				}
