@@ -62,7 +62,7 @@ func Judge(c *Contract, prev, next *change.Table) (d change.Diff, accepted bool,
 	for _, bc := range append(prev.Moved(next, renames), d.Breaking(prev, next)...) {
 		switch bc.What {
 		case "moved":
-			refuse(bc, "lakeflow cannot follow it: capture the table again under a new source.slot, which snapshots it")
+			refuse(bc, fmt.Sprintf("if the column %[1]s was renamed and a new %[1]s added, list the renamed column in %[2]s with renamed_from = %[1]q; otherwise lakeflow cannot follow it: capture the table again under a new source.slot, which snapshots it", bc.Column, file))
 		case "key":
 			refuse(bc, "a new primary key cannot be accepted: the table's history is keyed by the old one; capture it under a new source.slot")
 		case "renamed":

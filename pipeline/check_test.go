@@ -157,4 +157,19 @@ func TestCheckFindsEachKindOfProblem(t *testing.T) {
 			t.Error("--only catalog reports what is not the catalog's")
 		}
 	})
+	t.Run("a column dropped and added again", func(t *testing.T) {
+		// Only the newest schema is there to compare: a warning, since a
+		// change of the table between the two steps lets run follow them.
+		if err := applySteps(ctx, h.dsn, [][]string{{`ALTER TABLE customers DROP COLUMN name`, `ALTER TABLE customers ADD COLUMN name text`}}); err != nil {
+			t.Fatal(err)
+		}
+		findings := check(t, h, PartContracts).Findings
+		i := slices.IndexFunc(findings, func(f Finding) bool { return f.Check == "source.moved_column" })
+		if i < 0 {
+			t.Fatalf("no finding source.moved_column in %+v", findings)
+		}
+		if f := findings[i]; f.Severity != "warning" || f.Dataset != "public.customers" || !strings.Contains(f.Message, "column name now follows") {
+			t.Errorf("finding %+v", f)
+		}
+	})
 }
