@@ -42,6 +42,18 @@ func Judge(c *Contract, prev, next *change.Table) (d change.Diff, accepted bool,
 			}
 		}
 	}
+	moved := prev.Moved(next, renames)
+	if len(moved) > 0 && c != nil {
+		// A column that moved, listed as renamed from one that is gone:
+		// the column that had its name was dropped (PostgreSQL's online
+		// retype: add b_new, fill it, drop b, rename b_new to b).
+		for _, m := range moved {
+			if col := c.Column(m.Column); col != nil && col.RenamedFrom != "" && prev.Column(col.RenamedFrom) >= 0 && next.Column(col.RenamedFrom) < 0 {
+				renames[m.Column] = col.RenamedFrom
+			}
+		}
+		moved = prev.Moved(next, renames)
+	}
 	d = prev.Diff(next, renames)
 	listed := func(name string, t change.Type) bool {
 		if c == nil {
@@ -59,7 +71,7 @@ func Judge(c *Contract, prev, next *change.Table) (d change.Diff, accepted bool,
 		ref.Changes = append(ref.Changes, bc)
 		ref.Hints = append(ref.Hints, hint)
 	}
-	for _, bc := range append(prev.Moved(next, renames), d.Breaking(prev, next)...) {
+	for _, bc := range append(moved, d.Breaking(prev, next)...) {
 		switch bc.What {
 		case "moved":
 			refuse(bc, fmt.Sprintf("if the column %[1]s was renamed and a new %[1]s added, list the renamed column in %[2]s with renamed_from = %[1]q; otherwise lakeflow cannot follow it: capture the table again under a new source.slot, which snapshots it", bc.Column, file))
@@ -76,7 +88,8 @@ func Judge(c *Contract, prev, next *change.Table) (d change.Diff, accepted bool,
 			}
 			refuse(bc, fmt.Sprintf("accept it in %s: list the column as name = %q with renamed_from = %q, or, to keep both apart, remove %q and add %q", file, bc.New, bc.Old, bc.Old, bc.New))
 		case "dropped":
-			if mode == None || (c != nil && c.Column(bc.Column) == nil) {
+			if _, taken := renames[bc.Column]; mode == None || taken || (c != nil && c.Column(bc.Column) == nil) {
+				// (taken: a column the contract renames took its name.)
 				accepted = true
 				continue
 			}

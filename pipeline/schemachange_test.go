@@ -124,9 +124,11 @@ func TestSchemaChangesUnderTheContract(t *testing.T) {
 // two it dropped (one in other case), which start empty, as in the
 // source; public.x, with history, drops its last column and adds it again,
 // so that changes from before spell the current names (the Go decoder
-// leaves them to the SQL one).
+// leaves them to the SQL one); public.y is retyped online (add b_new,
+// fill it, drop b, rename b_new to b, no change between the last two),
+// which its contract lists as b renamed from b_new.
 func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
-	h := newHarness(t, "public.t", "public.u", "public.v", "public.w", "public.x")
+	h := newHarness(t, "public.t", "public.u", "public.v", "public.w", "public.x", "public.y")
 	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, b int, c text)`, `ALTER TABLE t REPLICA IDENTITY FULL`,
 		`INSERT INTO t SELECT g, g, 'c' || g FROM generate_series(1, 40) g`,
 		`CREATE TABLE u (id int PRIMARY KEY, "Val" int, j jsonb, x int)`, `ALTER TABLE u REPLICA IDENTITY FULL`,
@@ -136,7 +138,9 @@ func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 		`CREATE TABLE w (id int PRIMARY KEY, r int, s int)`, `ALTER TABLE w REPLICA IDENTITY FULL`,
 		`INSERT INTO w SELECT g, g, g FROM generate_series(1, 10) g`,
 		`CREATE TABLE x (id int PRIMARY KEY, a int, s int)`, `ALTER TABLE x REPLICA IDENTITY FULL`,
-		`INSERT INTO x SELECT g, g, g FROM generate_series(1, 10) g`)
+		`INSERT INTO x SELECT g, g, g FROM generate_series(1, 10) g`,
+		`CREATE TABLE y (id int PRIMARY KEY, b int, c text)`, `ALTER TABLE y REPLICA IDENTITY FULL`,
+		`INSERT INTO y SELECT g, g, 'c' || g FROM generate_series(1, 10) g`)
 	h.run(t, Options{})
 	if err := os.MkdirAll(h.cfg.Contracts.Dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -153,6 +157,7 @@ func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 		"u.toml": "table = \"public.u\"\nkey = [\"id\"]\ncompatibility = \"none\"\n" + col("id", "integer") + col("val", "integer", "Val") + col("jj", "jsonb", "j") + col("xx", "integer", "x") + col("j", "jsonb"),
 		"v.toml": "table = \"public.v\"\nkey = [\"id\"]\ncompatibility = \"none\"\n" + col("id", "integer") + col("q", "integer", "p"),
 		"w.toml": "table = \"public.w\"\nkey = [\"id\"]\ncompatibility = \"none\"\n" + col("id", "integer") + col("R", "integer") + col("s", "integer"),
+		"y.toml": "table = \"public.y\"\nkey = [\"id\"]\n" + col("id", "integer") + col("b", "bigint", "b_new") + col("c", "text"),
 		"x.toml": "table = \"public.x\"\nkey = [\"id\"]\ncompatibility = \"none\"\nhistory = true\n" + col("id", "integer") + col("a", "integer") + col("s", "integer"),
 	} {
 		if err := os.WriteFile(filepath.Join(h.cfg.Contracts.Dir, file), []byte(body), 0o644); err != nil {
@@ -176,6 +181,9 @@ func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 		{`ALTER TABLE v ADD COLUMN z int`, `UPDATE v SET z = id WHERE id = 7`},
 		{`UPDATE w SET r = r + 10, s = s + 10 WHERE id <= 2`},
 		{`UPDATE x SET s = s + 10 WHERE id <= 2`},
+		{`ALTER TABLE y ADD COLUMN b_new bigint`, `UPDATE y SET b_new = b`},
+		{`UPDATE y SET b = b + 1 WHERE id = 1`},
+		{`ALTER TABLE y DROP COLUMN b`, `ALTER TABLE y RENAME COLUMN b_new TO b`, `UPDATE y SET b = b * 10 WHERE id = 2`},
 		{`ALTER TABLE x DROP COLUMN s`, `UPDATE x SET id = id WHERE id = 3`},
 		{`ALTER TABLE x ADD COLUMN s int`, `UPDATE x SET s = 100 + id WHERE id >= 8`},
 		{`ALTER TABLE w DROP COLUMN r`, `ALTER TABLE w DROP COLUMN s`, `UPDATE w SET id = id WHERE id = 3`},
@@ -184,7 +192,7 @@ func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.run(t, Options{})
-	tables := []string{"public.t", "public.u", "public.v", "public.w", "public.x"}
+	tables := []string{"public.t", "public.u", "public.v", "public.w", "public.x", "public.y"}
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, tables...)
 	// The dropped columns: their values at the drop, NULL for rows changed
 	// after it.
@@ -193,6 +201,7 @@ func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 		"u": "xx IS DISTINCT FROM CASE WHEN id <= 5 THEN id + 100 WHEN id = 6 THEN 11 WHEN id < 10 THEN id END",
 		"w": "r_dropped IS DISTINCT FROM s_dropped OR r_dropped IS DISTINCT FROM CASE WHEN id <= 2 THEN id + 10 WHEN id NOT IN (3, 8, 9, 10) THEN id END",
 		"x": "s_dropped IS DISTINCT FROM CASE WHEN id <= 2 THEN id + 10 WHEN id NOT IN (3, 8, 9, 10) THEN id END",
+		"y": "b_dropped IS DISTINCT FROM CASE WHEN id = 1 THEN 2 WHEN id <> 2 THEN id END",
 		"v": "q_dropped IS DISTINCT FROM CASE WHEN id = 1 THEN 11 WHEN id NOT IN (2, 3, 4, 5, 7) THEN id * 10 END",
 	}
 	asof := assertAsOfEqualsSource(t, h, tables...)
@@ -222,7 +231,7 @@ func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 		db.Close()
 	}
 	for _, path := range []string{asof, fromLake, fromWarehouse} {
-		assertSameSilver(t, h.cfg.Warehouse.Path, path, "t", "u", "v", "w", "x", "x_history")
+		assertSameSilver(t, h.cfg.Warehouse.Path, path, "t", "u", "v", "w", "x", "x_history", "y")
 	}
 	assertLakeExactlyOnce(t, h.cfg, tables...)
 }

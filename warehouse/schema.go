@@ -262,16 +262,26 @@ func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 		applied = append(applied, change.Renamed{From: from, To: kept})
 		return kept
 	}
+	sources := slices.Collect(maps.Values(renames))
 	for _, to := range slices.Sorted(maps.Keys(renames)) {
-		// Renamed to the name of a column dropped before: the dropped one
-		// moves first.
-		i := slices.IndexFunc(prev.Retired, func(c change.Column) bool { return strings.EqualFold(c.Name, to) })
-		if i < 0 || prev.Column(renames[to]) < 0 {
+		// Renamed to the name of a column dropped before, or dropped now
+		// (PostgreSQL's online retype: add b_new, fill it, drop b, rename
+		// b_new to b): the dropped one moves first.
+		from := renames[to]
+		if prev.Column(from) < 0 {
 			continue
 		}
+		named := func(c change.Column) bool { return strings.EqualFold(c.Name, to) }
 		moved := *prev
-		moved.Retired = slices.Clone(prev.Retired)
-		moved.Retired[i].Name = keep(prev.Retired[i].Name)
+		if i := slices.IndexFunc(prev.Retired, named); i >= 0 {
+			moved.Retired = slices.Clone(prev.Retired)
+			moved.Retired[i].Name = keep(prev.Retired[i].Name)
+		} else if i := slices.IndexFunc(prev.Columns, named); i >= 0 && !strings.EqualFold(from, to) && !slices.Contains(sources, prev.Columns[i].Name) {
+			moved.Columns = slices.Clone(prev.Columns)
+			moved.Columns[i].Name = keep(prev.Columns[i].Name)
+		} else {
+			continue
+		}
 		prev = &moved
 	}
 	for _, to := range slices.Sorted(maps.Keys(renames)) {

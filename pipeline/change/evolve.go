@@ -215,7 +215,7 @@ func (e *BreakingChange) Error() string {
 	case "widened":
 		return fmt.Sprintf("table %s: column %s widened from %s to %s", e.Table, e.Column, e.Old, e.New)
 	case "moved":
-		return fmt.Sprintf("table %s: column %s now follows %s, which it preceded: another column took its name (columns renamed into each other's names), or it was dropped and added again in one transaction, and the change does not say which", e.Table, e.Column, e.New)
+		return fmt.Sprintf("table %s: column %s now follows %s, which it preceded: another column took its name (columns renamed into each other's names), or it was dropped and added again, with no change to the table between, and the change does not say which", e.Table, e.Column, e.New)
 	}
 	return fmt.Sprintf("table %s: the primary key changed from (%s) to (%s)", e.Table, e.Old, e.New)
 }
