@@ -74,7 +74,17 @@ func Judge(c *Contract, prev, next *change.Table) (d change.Diff, accepted bool,
 	for _, bc := range append(moved, d.Breaking(prev, next)...) {
 		switch bc.What {
 		case "moved":
-			refuse(bc, fmt.Sprintf("if the column %[1]s was renamed and a new %[1]s added, list the renamed column in %[2]s with renamed_from = %[1]q; otherwise lakeflow cannot follow it: capture the table again under a new source.slot, which snapshots it", bc.Column, file))
+			var gone []string
+			for _, pc := range prev.Columns {
+				if next.Column(pc.Name) < 0 {
+					gone = append(gone, fmt.Sprintf("%q", pc.Name))
+				}
+			}
+			hint := fmt.Sprintf("if the column %[1]s was renamed and a new %[1]s added, list the renamed column in %[2]s with renamed_from = %[1]q", bc.Column, file)
+			if len(gone) > 0 {
+				hint = fmt.Sprintf("if a column was renamed to %[1]s after the old %[1]s was dropped, list %[1]s in %[2]s with renamed_from = its old name (%[3]s is gone); ", bc.Column, file, strings.Join(gone, " or ")) + hint
+			}
+			refuse(bc, hint+"; otherwise lakeflow cannot follow it: capture the table again under a new source.slot, which snapshots it")
 		case "key":
 			refuse(bc, "a new primary key cannot be accepted: the table's history is keyed by the old one; capture it under a new source.slot")
 		case "renamed":

@@ -265,3 +265,24 @@ func TestColumnsThatChangePlacesStop(t *testing.T) {
 		t.Fatalf("want a stop naming the columns that changed places, got %v", err)
 	}
 }
+
+// TestOnlineRetypeWithoutTheContractStops: add b_new, fill it, drop b and
+// rename b_new to b, with no change between the last two, reads as b
+// moving; without the contract's renamed_from lakeflow stops, and the
+// hint names the column that is gone.
+func TestOnlineRetypeWithoutTheContractStops(t *testing.T) {
+	h := newHarness(t, "public.t")
+	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, b int, c int)`, `ALTER TABLE t REPLICA IDENTITY FULL`,
+		`INSERT INTO t SELECT g, g, g FROM generate_series(1, 5) g`)
+	h.run(t, Options{})
+	err := runWatched(t, h.cfg, Options{Workload: func(ctx context.Context, dsn string) error {
+		return applySteps(ctx, dsn, [][]string{
+			{`ALTER TABLE t ADD COLUMN b_new bigint`, `UPDATE t SET b_new = b`},
+			{`ALTER TABLE t DROP COLUMN b`, `ALTER TABLE t RENAME COLUMN b_new TO b`, `UPDATE t SET b = b + 1 WHERE id = 1`},
+		})
+	}}, h.log)
+	if !errors.Is(err, fault.ErrSchemaBreak) || !strings.Contains(err.Error(), `column b now follows c`) ||
+		!strings.Contains(err.Error(), `list b in contracts/t.toml (lakeflow contracts init --table public.t writes it) with renamed_from = its old name ("b_new" is gone)`) {
+		t.Fatalf("want a stop whose hint names b_new, got %v", err)
+	}
+}
