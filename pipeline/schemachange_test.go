@@ -124,7 +124,7 @@ func TestSchemaChangesUnderTheContract(t *testing.T) {
 // two it dropped (one in other case), which start empty, as in the
 // source; public.x, with history, drops its last column and adds it again,
 // so that changes from before spell the current names (the Go decoder
-// leaves them to the SQL one); public.y is retyped online (add b_new,
+// leaves them to the SQL one); public.y, with history, is retyped online (add b_new,
 // fill it, drop b, rename b_new to b, no change between the last two),
 // which its contract lists as b renamed from b_new.
 func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
@@ -157,7 +157,7 @@ func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 		"u.toml": "table = \"public.u\"\nkey = [\"id\"]\ncompatibility = \"none\"\n" + col("id", "integer") + col("val", "integer", "Val") + col("jj", "jsonb", "j") + col("xx", "integer", "x") + col("j", "jsonb"),
 		"v.toml": "table = \"public.v\"\nkey = [\"id\"]\ncompatibility = \"none\"\n" + col("id", "integer") + col("q", "integer", "p"),
 		"w.toml": "table = \"public.w\"\nkey = [\"id\"]\ncompatibility = \"none\"\n" + col("id", "integer") + col("R", "integer") + col("s", "integer"),
-		"y.toml": "table = \"public.y\"\nkey = [\"id\"]\n" + col("id", "integer") + col("b", "bigint", "b_new") + col("c", "text"),
+		"y.toml": "table = \"public.y\"\nkey = [\"id\"]\nhistory = true\n" + col("id", "integer") + col("b", "bigint", "b_new") + col("c", "text"),
 		"x.toml": "table = \"public.x\"\nkey = [\"id\"]\ncompatibility = \"none\"\nhistory = true\n" + col("id", "integer") + col("a", "integer") + col("s", "integer"),
 	} {
 		if err := os.WriteFile(filepath.Join(h.cfg.Contracts.Dir, file), []byte(body), 0o644); err != nil {
@@ -231,7 +231,7 @@ func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 		db.Close()
 	}
 	for _, path := range []string{asof, fromLake, fromWarehouse} {
-		assertSameSilver(t, h.cfg.Warehouse.Path, path, "t", "u", "v", "w", "x", "x_history", "y")
+		assertSameSilver(t, h.cfg.Warehouse.Path, path, "t", "u", "v", "w", "x", "x_history", "y", "y_history")
 	}
 	assertLakeExactlyOnce(t, h.cfg, tables...)
 }
