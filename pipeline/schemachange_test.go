@@ -124,9 +124,9 @@ func TestSchemaChangesUnderTheContract(t *testing.T) {
 // two it dropped (one in other case), which start empty, as in the
 // source; public.x, with history, drops its last column and adds it again,
 // so that changes from before spell the current names (the Go decoder
-// leaves them to the SQL one); public.y, with history, is retyped online (add b_new,
-// fill it, drop b, rename b_new to b, no change between the last two),
-// which its contract lists as b renamed from b_new.
+// leaves them to the SQL one); public.y, with history, is retyped
+// online (add b_new, fill it, drop b, rename b_new to b, no change
+// between the last two), which its contract lists as b renamed from b_new.
 func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 	h := newHarness(t, "public.t", "public.u", "public.v", "public.w", "public.x", "public.y")
 	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, b int, c text)`, `ALTER TABLE t REPLICA IDENTITY FULL`,
