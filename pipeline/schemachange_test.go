@@ -77,10 +77,7 @@ func TestSchemaChangesUnderTheContract(t *testing.T) {
 	// The lake alone says the same, though the renames are older than the
 	// newest schema: asof replays every schema version.
 	asof := assertAsOfEqualsSource(t, h, "public.t")
-	fromLake := filepath.Join(t.TempDir(), "lake.duckdb")
-	if _, err := Backfill(context.Background(), h.cfg, BackfillOptions{All: true, Out: fromLake}, h.log); err != nil {
-		t.Fatal(err)
-	}
+	fromLake := backfillFromLakeAlone(t, h)
 	for _, path := range []string{h.cfg.Warehouse.Path, asof, fromLake} {
 		// a's values at the drop, NULL for the rows changed after it.
 		db := openDuck(t, path)
@@ -205,16 +202,7 @@ func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 		"v": "q_dropped IS DISTINCT FROM CASE WHEN id = 1 THEN 11 WHEN id NOT IN (2, 3, 4, 5, 7) THEN id * 10 END",
 	}
 	asof := assertAsOfEqualsSource(t, h, tables...)
-	// A rebuild from the lake alone: no live warehouse, nor one to start
-	// it from.
-	h.cfg.Warehouse.Live += ".moved"
-	h.cfg.Warehouse.Path += ".moved"
-	fromLake := filepath.Join(t.TempDir(), "lake.duckdb")
-	if _, err := Backfill(context.Background(), h.cfg, BackfillOptions{All: true, Out: fromLake}, h.log); err != nil {
-		t.Fatal(err)
-	}
-	h.cfg.Warehouse.Live = strings.TrimSuffix(h.cfg.Warehouse.Live, ".moved")
-	h.cfg.Warehouse.Path = strings.TrimSuffix(h.cfg.Warehouse.Path, ".moved")
+	fromLake := backfillFromLakeAlone(t, h)
 	fromWarehouse := filepath.Join(t.TempDir(), "rebuilt.duckdb")
 	if _, err := Backfill(context.Background(), h.cfg, BackfillOptions{All: true, Out: fromWarehouse}, h.log); err != nil {
 		t.Fatal(err)
@@ -234,6 +222,21 @@ func TestChangesHeldAcrossAcceptedSchemaChanges(t *testing.T) {
 		assertSameSilver(t, h.cfg.Warehouse.Path, path, "t", "u", "v", "w", "x", "x_history", "y", "y_history")
 	}
 	assertLakeExactlyOnce(t, h.cfg, tables...)
+}
+
+// backfillFromLakeAlone rebuilds the warehouse from the lake alone (no
+// live warehouse, nor warehouse.path to start one from, whose schemas
+// would serve) into a new file, and returns its path.
+func backfillFromLakeAlone(t *testing.T, h *harness) string {
+	t.Helper()
+	cfg := *h.cfg
+	cfg.Warehouse.Live += ".moved"
+	cfg.Warehouse.Path += ".moved"
+	out := filepath.Join(t.TempDir(), "lake.duckdb")
+	if _, err := Backfill(context.Background(), &cfg, BackfillOptions{All: true, Out: out}, h.log); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // TestColumnsThatChangePlacesStop: two columns renamed into each other's
