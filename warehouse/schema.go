@@ -28,8 +28,11 @@ type Schema struct {
 // refused: applying it would rewrite history.
 func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTopic string, pos TopicPosition, state *change.SourceState) error {
 	// DuckDB refuses to commit a transaction that alters a table after
-	// updating it: every ALTER runs before every UPDATE.
+	// updating it: every ALTER runs before every UPDATE. A version's
+	// checks run right before its own statements, on silver as the
+	// versions before it left it (a table or column they created).
 	var checks []check
+	var checkAt []int // checks[i] runs before stmts[checkAt[i]]
 	var stmts, fills []string
 	latest := map[string]Schema{}
 	var order []string
@@ -48,7 +51,9 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 		if err != nil {
 			return err
 		}
-		checks = append(checks, p.checks...)
+		for _, c := range p.checks {
+			checks, checkAt = append(checks, c), append(checkAt, len(stmts))
+		}
 		stmts = append(stmts, p.ddl...)
 		fills = append(fills, p.dml...)
 		if w.keepsHistory(next) {
@@ -56,7 +61,9 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 			if err != nil {
 				return err
 			}
-			checks = append(checks, h.checks...)
+			for _, c := range h.checks {
+				checks, checkAt = append(checks, c), append(checkAt, len(stmts))
+			}
 			stmts = append(stmts, h.ddl...)
 			fills = append(fills, h.dml...)
 		}
@@ -85,12 +92,17 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 		stmts = append(stmts, fmt.Sprintf("INSERT OR REPLACE INTO lakeflow.source_state VALUES (1, %s, now())", literal(string(stateJSON))))
 	}
 	err := w.inTx(ctx, func(ctx context.Context) error {
-		for _, c := range checks {
+		done := 0
+		for i, c := range checks {
+			if err := w.exec(ctx, stmts[done:checkAt[i]]); err != nil {
+				return err
+			}
+			done = checkAt[i]
 			if err := c.run(ctx, w); err != nil {
 				return err
 			}
 		}
-		if err := w.exec(ctx, stmts); err != nil {
+		if err := w.exec(ctx, stmts[done:]); err != nil {
 			return err
 		}
 		return w.saveOffsets(ctx, map[string]TopicPosition{schemaTopic: pos})

@@ -1,6 +1,7 @@
 package warehouse
 
 import (
+	"context"
 	"reflect"
 	"testing"
 
@@ -34,5 +35,22 @@ func TestFormerNamesFollowRenames(t *testing.T) {
 	}
 	if !reflect.DeepEqual(v4.Formerly, want) || retired(v4, "c") < 0 {
 		t.Fatalf("after c was dropped: former names %+v, want %+v", v4.Formerly, want)
+	}
+}
+
+// TestCreatedAndRetypedInOneCall: a table's first schema and a retype of
+// it, read together (the snapshot's records and a DDL's in one look at
+// the schema topic): each version's check runs on silver as the versions
+// before it left it (the table did not exist before the call).
+func TestCreatedAndRetypedInOneCall(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	typ := func(kind change.Kind, name string) change.Type { return change.Type{Kind: kind, Name: name} }
+	v1 := &change.Table{Schema: "public", Name: "fresh", Columns: []change.Column{
+		{Name: "id", Type: typ(change.KindInt4, "integer"), Key: true}, {Name: "a", Type: typ(change.KindInt2, "smallint")}}}
+	v2 := &change.Table{Schema: "public", Name: "fresh", Since: change.Position{Seq: 5}, Columns: []change.Column{
+		{Name: "id", Type: typ(change.KindInt4, "integer"), Key: true}, {Name: "a", Type: typ(change.KindInt4, "integer")}}}
+	if err := f.wh.ApplySchemas(context.Background(), []Schema{{"lf.public.fresh", v1}, {"lf.public.fresh", v2}}, "lf._schemas", schemaPos(2), nil); err != nil {
+		t.Fatal(err)
 	}
 }
