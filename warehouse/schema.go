@@ -33,7 +33,8 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 	// versions before it left it (a table or column they created).
 	var checks []check
 	var checkAt []int // checks[i] runs before stmts[checkAt[i]]
-	var stmts, fills []string
+	var stmts, records []string
+	var fills []fill
 	latest := map[string]Schema{}
 	var order []string
 	for _, s := range schemas {
@@ -55,7 +56,23 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 			checks, checkAt = append(checks, c), append(checkAt, len(stmts))
 		}
 		stmts = append(stmts, p.ddl...)
-		fills = append(fills, p.dml...)
+		// Fills run after every ALTER: under the name their column has
+		// once this call's renames are done.
+		renamed := map[string]string{}
+		for _, f := range next.Formerly {
+			if f.Before == next.Since && f.Name != "" {
+				renamed[f.Name] = f.Column
+			}
+		}
+		for i, f := range fills {
+			if to, ok := renamed[f.col]; ok && f.id == id {
+				fills[i].col = to
+			}
+		}
+		for _, f := range p.fills {
+			f.id = id
+			fills = append(fills, f)
+		}
 		if w.keepsHistory(next) {
 			h, err := evolve(prev, next, true, false)
 			if err != nil {
@@ -65,17 +82,23 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 				checks, checkAt = append(checks, c), append(checkAt, len(stmts))
 			}
 			stmts = append(stmts, h.ddl...)
-			fills = append(fills, h.dml...)
+			for _, f := range h.fills {
+				f.id = id
+				fills = append(fills, f)
+			}
 		}
 		history, err := json.Marshal(next)
 		if err != nil {
 			return err
 		}
-		fills = append(fills, fmt.Sprintf("INSERT OR REPLACE INTO lakeflow.schema_history VALUES (%s, %d, %d, %s, %s, now())",
+		records = append(records, fmt.Sprintf("INSERT OR REPLACE INTO lakeflow.schema_history VALUES (%s, %d, %d, %s, %s, now())",
 			literal(id), uint64(next.Since.Seq), next.Since.Ord, literal(string(history)), literal(p.summary)))
 		latest[id] = Schema{Topic: s.Topic, Table: next}
 	}
-	stmts = append(stmts, fills...)
+	for _, f := range fills {
+		stmts = append(stmts, fmt.Sprintf("UPDATE %s AS s SET %s = %s WHERE %s", f.table, ident(f.col), f.value, f.where))
+	}
+	stmts = append(stmts, records...)
 	for id, s := range latest {
 		schemaJSON, err := json.Marshal(s.Table)
 		if err != nil {
@@ -215,8 +238,15 @@ func carryFills(prev, next *change.Table) *change.Table {
 type plan struct {
 	checks  []check
 	ddl     []string
-	dml     []string
+	fills   []fill
 	summary string
+}
+
+// fill gives column col of table (silver's or its history, of source
+// table id) the value value in the rows that predate it (where says
+// which).
+type fill struct {
+	id, table, col, value, where string
 }
 
 // check is a query that must count no rows, with what to say otherwise.
@@ -366,7 +396,7 @@ func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 		if c.Fill.Set() {
 			// The rows silver has are older than the column: PostgreSQL
 			// gave them its default.
-			p.dml = append(p.dml, fmt.Sprintf("UPDATE %s AS s SET %s = %s WHERE %s", silver, ident(c.Name), fillValue(c), positionBefore("s", c.Fill.Before)))
+			p.fills = append(p.fills, fill{table: silver, col: c.Name, value: fillValue(c), where: positionBefore("s", c.Fill.Before)})
 		}
 	}
 	if !history {

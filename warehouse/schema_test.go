@@ -3,6 +3,7 @@ package warehouse
 import (
 	"context"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
@@ -52,5 +53,28 @@ func TestCreatedAndRetypedInOneCall(t *testing.T) {
 		{Name: "id", Type: typ(change.KindInt4, "integer"), Key: true}, {Name: "a", Type: typ(change.KindInt4, "integer")}}}
 	if err := f.wh.ApplySchemas(context.Background(), []Schema{{"lf.public.fresh", v1}, {"lf.public.fresh", v2}}, "lf._schemas", schemaPos(2), nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFilledThenRenamedInOneCall: a column added with a default, then
+// renamed, read together: silver's existing rows get the default under
+// the column's new name (every fill runs after every ALTER).
+func TestFilledThenRenamedInOneCall(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	ctx := context.Background()
+	f.apply(f.rec(change.OpCreate, 100, 1, "1", "a", ""))
+	n := change.Column{Name: "n", Type: change.Type{Kind: change.KindInt4, Name: "integer"}, Fill: change.Fill{Before: change.Position{Seq: 200}, Text: "5"}}
+	v2 := &change.Table{Schema: acct.Schema, Name: acct.Name, Since: change.Position{Seq: 200}, Columns: append(slices.Clone(acct.Columns), n)}
+	m := n
+	m.Name = "m"
+	v3 := &change.Table{Schema: acct.Schema, Name: acct.Name, Since: change.Position{Seq: 300}, Accepted: true, Renames: map[string]string{"m": "n"},
+		Columns: append(slices.Clone(acct.Columns), m)}
+	if err := f.wh.ApplySchemas(ctx, []Schema{{topic, v2}, {topic, v3}}, "lf._schemas", schemaPos(2), nil); err != nil {
+		t.Fatal(err)
+	}
+	var got int
+	if err := f.wh.conn.QueryRowContext(ctx, "SELECT m FROM silver.acct WHERE id = 1").Scan(&got); err != nil || got != 5 {
+		t.Fatalf("the row from before the column: m = %d, %v; want its default, 5", got, err)
 	}
 }
