@@ -255,13 +255,13 @@ func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, rena
 	}
 	// field is the files' field spelled name (names that differ in case
 	// alone are one field of the files united).
+	spelled := map[string]string{}
+	for f := range fields {
+		spelled[strings.ToLower(f)] = f
+	}
 	field := func(name string) (string, bool) {
-		for f := range fields {
-			if name != "" && strings.EqualFold(f, name) {
-				return f, true
-			}
-		}
-		return "", false
+		f, ok := spelled[strings.ToLower(name)]
+		return f, ok && name != ""
 	}
 	image := func(side string) string {
 		if same && !renamed {

@@ -34,7 +34,8 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 	var checks []check
 	var checkAt []int // checks[i] runs before stmts[checkAt[i]]
 	var stmts, records []string
-	var fills []fill
+	var fills []*fill                  // in order
+	tableFills := map[string][]*fill{} // by source table
 	latest := map[string]Schema{}
 	var order []string
 	for _, s := range schemas {
@@ -52,40 +53,34 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 		if err != nil {
 			return err
 		}
-		for _, c := range p.checks {
-			checks, checkAt = append(checks, c), append(checkAt, len(stmts))
-		}
-		stmts = append(stmts, p.ddl...)
-		// Fills run after every ALTER: under the name their column has
-		// once this call's renames are done.
+		// Fills run after every ALTER: the table's pending ones take the
+		// name their column has once this version's renames are done.
 		renamed := map[string]string{}
-		for _, f := range next.Formerly {
-			if f.Before == next.Since && f.Name != "" {
-				renamed[f.Name] = f.Column
+		for _, r := range p.renamed {
+			renamed[r.From] = r.To
+		}
+		for _, f := range tableFills[id] {
+			if to, ok := renamed[f.col]; ok {
+				f.col = to
 			}
 		}
-		for i, f := range fills {
-			if to, ok := renamed[f.col]; ok && f.id == id {
-				fills[i].col = to
+		add := func(p plan) {
+			for _, c := range p.checks {
+				checks, checkAt = append(checks, c), append(checkAt, len(stmts))
+			}
+			stmts = append(stmts, p.ddl...)
+			for _, f := range p.fills {
+				fills = append(fills, &f)
+				tableFills[id] = append(tableFills[id], &f)
 			}
 		}
-		for _, f := range p.fills {
-			f.id = id
-			fills = append(fills, f)
-		}
+		add(p)
 		if w.keepsHistory(next) {
 			h, err := evolve(prev, next, true, false)
 			if err != nil {
 				return err
 			}
-			for _, c := range h.checks {
-				checks, checkAt = append(checks, c), append(checkAt, len(stmts))
-			}
-			stmts = append(stmts, h.ddl...)
-			for _, f := range h.fills {
-				f.id = id
-				fills = append(fills, f)
-			}
+			add(h)
 		}
 		history, err := json.Marshal(next)
 		if err != nil {
@@ -239,14 +234,14 @@ type plan struct {
 	checks  []check
 	ddl     []string
 	fills   []fill
+	renamed []change.Renamed // by the DDL, dropped columns moved aside included
 	summary string
 }
 
-// fill gives column col of table (silver's or its history, of source
-// table id) the value value in the rows that predate it (where says
-// which).
+// fill gives column col of table (silver's or its history) the value
+// value in the rows that predate it (where says which).
 type fill struct {
-	id, table, col, value, where string
+	table, col, value, where string
 }
 
 // check is a query that must count no rows, with what to say otherwise.
@@ -405,6 +400,7 @@ func evolve(prev, next *change.Table, history, keyed bool) (plan, error) {
 			next.Formerly = formerly(prev, next, applied, added)
 		}
 	}
+	p.renamed = applied
 	p.summary = strings.Join(summary, "; ")
 	return p, nil
 }

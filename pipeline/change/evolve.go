@@ -130,9 +130,9 @@ func (t *Table) Diff(next *Table, renames map[string]string) Diff {
 // new name → old name) that follow a column they preceded in t.
 // PostgreSQL keeps a table's columns in the order they were added, so
 // such a name was given to another column (columns renamed into each
-// other's names), or dropped and added again in one transaction (a
-// Relation message names the columns, nothing more): which values are
-// which cannot be told.
+// other's names), or dropped and added again, with no change to the table
+// between (a Relation message comes with a change, and names the columns,
+// nothing more): which values are which cannot be told.
 func (t *Table) Moved(next *Table, renames map[string]string) []BreakingChange {
 	var out []BreakingChange
 	renamedFrom := map[string]bool{}
