@@ -422,7 +422,10 @@ func (w *Warehouse) decodeRows(ctx context.Context, t *table) error {
 	return nil
 }
 
-// recordBatch adds the batch to lakeflow.batches.
+// recordBatch adds the batch to lakeflow.batches. Its committed_at is the
+// time of this, the transaction's last statement, not now(): DuckDB's
+// now() is when the transaction began, before the batch's rules, merge
+// and gold, and freshness measured by it fell short by their time.
 func (w *Warehouse) recordBatch(ctx context.Context, b Batch) error {
 	lsn, end, commit := "NULL", "NULL", "NULL"
 	if wm := b.Watermark; wm != nil {
@@ -431,8 +434,8 @@ func (w *Warehouse) recordBatch(ctx context.Context, b Batch) error {
 			commit = fmt.Sprintf("make_timestamptz(%d)", wm.Commit)
 		}
 	}
-	_, err := w.conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO lakeflow.batches VALUES (%d, %t, %s, %s, %s, %d, now())`,
-		w.batch+1, b.Watermark != nil, lsn, end, commit, len(b.Records)))
+	_, err := w.conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO lakeflow.batches VALUES (%d, %t, %s, %s, %s, %d, make_timestamptz(%d))`,
+		w.batch+1, b.Watermark != nil, lsn, end, commit, len(b.Records), time.Now().UnixMicro()))
 	return err
 }
 
