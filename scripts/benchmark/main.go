@@ -126,7 +126,15 @@ func main() {
 	quick := flag.Bool("quick", false, "one run with rules, history and gold, its profile and the freshness; no other variant, backfill, asof or check")
 	profile := flag.String("profile", "", "also keep the profiled run's CPU and heap profiles in this directory")
 	bin := flag.String("bin", "", "measure this lakeflow binary instead of building the working tree's")
+	freshness := flag.String("freshness", "", "instead: the freshness measurement alone, on a working directory an earlier run kept (-keep); it grows by the load each time")
 	flag.Parse()
+	if *freshness != "" {
+		if err := freshnessOnly(*freshness, *bin); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *publish != "" {
 		if err := measurePublishing(*publish); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -549,7 +557,12 @@ func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn string) (FreshnessRe
 	if err != nil {
 		return r, err
 	}
-	files = slices.DeleteFunc(files, func(f string) bool { return strings.Contains(f, string(filepath.Separator)+"_") })
+	// The files written meanwhile: the statement must stay under the
+	// kernel's limit on one argument (128 KiB) on a lake of any size.
+	files = slices.DeleteFunc(files, func(f string) bool {
+		fi, err := os.Stat(f)
+		return strings.Contains(f, string(filepath.Separator)+"_") || err != nil || fi.ModTime().Before(t0)
+	})
 	lits := make([]string, len(files))
 	for i, f := range files {
 		lits[i] = "'" + f + "'"
@@ -585,6 +598,44 @@ func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn string) (FreshnessRe
 	r.SilverP50, r.SilverP99 = quantile(silver, .5), quantile(silver, .99)
 	r.PublishedP50, r.PublishedP99 = quantile(pub, .5), quantile(pub, .99)
 	return r, nil
+}
+
+// freshnessOnly measures the freshness again on a working directory
+// kept by -keep (its PostgreSQL, its first run's data directory),
+// with bin or a build of the working tree.
+func freshnessOnly(work, bin string) error {
+	ctx := context.Background()
+	cfgFile := filepath.Join(work, "lakeflow-0.toml")
+	cfg, err := os.ReadFile(cfgFile)
+	if err != nil {
+		return err
+	}
+	m := regexp.MustCompile(`dsn = "(postgres://[^"]*:(\d+)/[^"]*)"`).FindStringSubmatch(string(cfg))
+	if m == nil {
+		return fmt.Errorf("%s names no PostgreSQL of the benchmark's", cfgFile)
+	}
+	port, _ := strconv.Atoi(m[2])
+	if bin == "" {
+		step("building lakeflow")
+		bin = filepath.Join(work, "lakeflow")
+		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			return fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cl, err := postgres.StartCluster(ctx, postgres.ClusterConfig{Dir: filepath.Join(work, "pg"), Port: port, Ephemeral: true}, quiet)
+	if err != nil {
+		return err
+	}
+	defer cl.Stop()
+	step("lakeflow run --follow under a steady %d changes/s for %d s", steadyRate, steadySeconds)
+	r, err := steady(ctx, bin, cfgFile, filepath.Join(work, "data-0", "lake"), m[1])
+	if err != nil {
+		return err
+	}
+	data, _ := json.MarshalIndent(r, "", "  ")
+	fmt.Println(string(data))
+	return nil
 }
 
 // quantile is the q-quantile of xs (nearest rank), 0 for none.
