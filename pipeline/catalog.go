@@ -28,7 +28,7 @@ var operations = map[string][2]string{
 	"lakeflow.quarantine":     {"Changes that broke a contract rule: table, key, every rule failed, the action, the row and its position.", "every batch"},
 	"lakeflow.dlq":            {"Events that cannot be applied (dead letters): topic, offset, stage, reason and raw payload.", "every batch"},
 	"lakeflow.gold_marts":     {"Every gold mart: the hash of its SQL and when it was last refreshed.", "every refresh"},
-	"lakeflow.gold_pending":   {"Partitions of marts refreshed at an interval that wait for their refresh.", "every batch"},
+	"lakeflow.gold_pending":   {"Partitions of gold marts that batches touched and that wait for their refresh: until the next published copy, or the mart's interval.", "every batch"},
 	"lakeflow.runs":           {"Every lakeflow run: start, end, events, batches, lake files, quarantined and dead-lettered events, time per phase, how it ended.", "every run"},
 	"lakeflow.checks":         {"The results of the data checks lakeflow run --follow runs on a schedule (check.interval): failures, warnings and how many passed.", "every check.interval"},
 }

@@ -25,8 +25,8 @@ import (
 // read-only — this one holds it open throughout (DuckDB's Go client
 // directly), another (lakeflow sql) opens it again and again — without a
 // lock error, each sees one committed batch whole (every order's total
-// is its lines'), and newer ones as they are published, while the
-// pipeline keeps applying.
+// is its lines', every day of gold.daily_revenue silver's), and newer
+// ones as they are published, while the pipeline keeps applying.
 func TestPublishedWarehouseWhileRunning(t *testing.T) {
 	h := newHarnessWith(t, "\n[warehouse]\npublish_interval = \"300ms\"", qualified(demoTables)...)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -66,6 +66,11 @@ func TestPublishedWarehouseWhileRunning(t *testing.T) {
 	held.SetMaxOpenConns(1)
 	const torn = `SELECT count(*) FROM (SELECT o.id FROM silver.orders o JOIN silver.order_items i ON i.order_id = o.id AND NOT i._deleted
 		WHERE NOT o._deleted GROUP BY o.id, o.total_cents HAVING o.total_cents <> sum(i.quantity * i.unit_price_cents))`
+	// Gold as of the copy's silver: the run refreshes the marts before
+	// each copy, not with each batch (warehouse.DeferGold).
+	const days = `SELECT lakeflow_utc_date(created_at), count(*) FROM silver.orders WHERE NOT _deleted GROUP BY ALL`
+	const stale = `SELECT count(*) FROM ((SELECT order_date, orders FROM gold.daily_revenue EXCEPT ALL ` + days + `)
+		UNION ALL (` + days + ` EXCEPT ALL SELECT order_date, orders FROM gold.daily_revenue))`
 	var heldBatch, bad int
 	queryRow(t, held, "SELECT batch FROM lakeflow.published", &heldBatch)
 	// lakeflow sql, its own process, opening the newest copy each time,
@@ -78,7 +83,7 @@ func TestPublishedWarehouseWhileRunning(t *testing.T) {
 	for len(batches) < 20 {
 		time.Sleep(time.Second)
 		out, err := lakeflowCmd(t, "--config", h.file, "sql", "--format", "csv",
-			"SELECT (SELECT batch FROM lakeflow.published), ("+torn+")").CombinedOutput()
+			"SELECT (SELECT batch FROM lakeflow.published), ("+torn+"), ("+stale+")").CombinedOutput()
 		if err != nil {
 			t.Fatalf("lakeflow sql while the pipeline runs: %v\n%s", err, out)
 		}
@@ -86,6 +91,9 @@ func TestPublishedWarehouseWhileRunning(t *testing.T) {
 		b, _ := strconv.Atoi(fields[0])
 		if fields[1] != "0" {
 			t.Fatalf("published batch %d holds orders whose total is not their lines': %s", b, fields[1])
+		}
+		if fields[2] != "0" {
+			t.Fatalf("published batch %d holds gold.daily_revenue days whose orders are not silver's: %s", b, fields[2])
 		}
 		batches = append(batches, b)
 		if st := status(t, h); st.Slot != nil {

@@ -78,6 +78,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		return err
 	}
 	defer wh.Close()
+	wh.DeferGold() // refreshed before each copy (publisher.refresh)
 	if err := wh.NumberAfterLake(ctx); err != nil {
 		return err
 	}
@@ -178,6 +179,13 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		err = consumed
 	}
 	interrupted := errors.Is(err, context.Canceled) && ctx.Err() != nil
+	if err == nil || interrupted {
+		// The final copy's marts, before the run's record, which counts
+		// them.
+		if rerr := pub.refresh(context.WithoutCancel(ctx)); rerr != nil {
+			err, interrupted = rerr, false
+		}
+	}
 	if rerr := c.recordRun(ctx, started, opts.Follow, err, interrupted); rerr != nil {
 		log.Warn("the run was not recorded in lakeflow.runs", "err", rerr)
 	}
@@ -214,9 +222,11 @@ func (c *consumer) recordRun(ctx context.Context, started time.Time, follow bool
 		reason = "error: " + strings.Join(strings.Fields(err.Error()), " ")
 	}
 	s := &c.stats
+	phases := s.phases
+	phases.Gold += c.pub.gold
 	return c.wh.RecordRun(context.WithoutCancel(ctx), warehouse.Run{Started: started, Ended: time.Now(), Follow: follow,
 		Events: s.events.Load(), Batches: s.batches.Load(), LakeFiles: s.files.Load(), Quarantined: s.quarantined.Load(), Dead: s.dead.Load(),
-		Phases: s.phases, ExitReason: reason})
+		Phases: phases, ExitReason: reason})
 }
 
 // openLive opens the live warehouse (warehouse.live_path), with DuckDB's

@@ -411,12 +411,13 @@ func (w *Warehouse) pend(ctx context.Context, m *mart, tmp string) error {
 
 // refreshMart recomputes the mart's pending partitions and those the
 // touched tables (touchOnce answers) hold (all of it, for a full mart)
-// from silver and records that it did.
+// from silver and records that it did. It runs outside any batch's
+// transaction: the mart holds the last committed batch.
 func (w *Warehouse) refreshMart(ctx context.Context, m *mart, touched []string) error {
 	if err := w.recompute(ctx, m, touched); err != nil {
 		return err
 	}
-	return w.markRefreshed(ctx, []*mart{m})
+	return w.markRefreshed(ctx, []*mart{m}, w.batch)
 }
 
 // recompute recomputes the mart's pending partitions and those the
@@ -539,7 +540,7 @@ func (w *Warehouse) refreshGold(ctx context.Context, tables []*table, now time.T
 		// A mart refreshed with this batch takes its touched values
 		// straight from the batch's answers; the others keep them in
 		// lakeflow.gold_pending until they are due.
-		withBatch := m.refresh == (config.Refresh{})
+		withBatch := m.everyBatch() && !w.deferGold
 		var fresh []string
 		for _, t := range tables {
 			if !slices.Contains(m.reads, t.schema.Name) {
@@ -563,7 +564,7 @@ func (w *Warehouse) refreshGold(ctx context.Context, tables []*table, now time.T
 			}
 		}
 		switch {
-		case m.refresh.Manual:
+		case m.refresh.Manual, m.everyBatch() && w.deferGold:
 			continue
 		case m.refresh.Every > 0:
 			if now.Sub(m.refreshed) < m.refresh.Every {
@@ -578,7 +579,7 @@ func (w *Warehouse) refreshGold(ctx context.Context, tables []*table, now time.T
 		refreshed = append(refreshed, m)
 	}
 	if len(refreshed) > 0 {
-		if err := w.markRefreshed(ctx, refreshed); err != nil {
+		if err := w.markRefreshed(ctx, refreshed, w.batch+1); err != nil {
 			return nil, err
 		}
 	}
@@ -586,9 +587,9 @@ func (w *Warehouse) refreshGold(ctx context.Context, tables []*table, now time.T
 }
 
 // markRefreshed clears the pending partitions of the marts and records
-// when they were refreshed, for all of them at once (two statements per
-// mart and batch cost more).
-func (w *Warehouse) markRefreshed(ctx context.Context, marts []*mart) error {
+// when they were refreshed and the batch they hold, for all of them at
+// once (two statements per mart and batch cost more).
+func (w *Warehouse) markRefreshed(ctx context.Context, marts []*mart, batch int64) error {
 	names := make([]string, len(marts))
 	for i, m := range marts {
 		names[i] = literal(m.Name)
@@ -596,29 +597,98 @@ func (w *Warehouse) markRefreshed(ctx context.Context, marts []*mart) error {
 	in := strings.Join(names, ", ")
 	return w.exec(ctx, []string{
 		fmt.Sprintf("DELETE FROM lakeflow.gold_pending WHERE mart IN (%s)", in),
-		fmt.Sprintf("UPDATE lakeflow.gold_marts SET refreshed_at = now(), refreshed_batch = %d WHERE mart IN (%s)", w.batch+1, in),
+		fmt.Sprintf("UPDATE lakeflow.gold_marts SET refreshed_at = now(), refreshed_batch = %d WHERE mart IN (%s)", batch, in),
 	})
 }
 
-// RefreshDue refreshes, each in its own transaction, the marts refreshed
-// at an interval whose interval has passed (all of them when drained:
-// the run ends) and that have partitions waiting. The consumer calls it
-// while idle, so a mart does not wait for the next batch.
+// RefreshDue refreshes the marts refreshed at an interval whose interval
+// has passed (all of them when drained: the run ends) and that have
+// partitions waiting. The consumer calls it while idle, so a mart does
+// not wait for the next batch.
 func (w *Warehouse) RefreshDue(ctx context.Context, drained bool) error {
+	due, err := w.waiting(ctx, func(m *mart) bool {
+		return m.refresh.Every > 0 && (drained || time.Since(m.refreshed) >= m.refresh.Every)
+	})
+	if err != nil {
+		return err
+	}
+	return w.refreshAll(ctx, due)
+}
+
+// DeferGold makes the batches leave the partitions they touch of the marts
+// refreshed with every batch in lakeflow.gold_pending, as they do for
+// those refreshed at an interval, until the next copy is captured
+// (Capture) or RefreshDeferred. lakeflow run's live warehouse is private:
+// readers open only its copies, and each still holds every mart as of
+// its silver. A mart whose partitions grow (a day's orders, all day)
+// costs a batch more with every batch; refreshed once per copy, it costs
+// that once per copy.
+func (w *Warehouse) DeferGold() { w.deferGold = true }
+
+// RefreshDeferred refreshes the marts refreshed with every batch that
+// have partitions waiting (DeferGold, or a run that stopped before its
+// last copy), and says how long that took. It runs between batches.
+func (w *Warehouse) RefreshDeferred(ctx context.Context) (time.Duration, error) {
+	t0 := time.Now()
+	due, err := w.waiting(ctx, (*mart).everyBatch)
+	if err == nil && len(due) > 0 {
+		err = w.refreshAll(ctx, due)
+	}
+	if err != nil || len(due) == 0 {
+		return 0, err
+	}
+	return time.Since(t0), nil
+}
+
+// everyBatch says the mart's cadence is "batch".
+func (m *mart) everyBatch() bool { return m.refresh == (config.Refresh{}) }
+
+// waiting returns the active marts that want says and that have
+// partitions waiting in lakeflow.gold_pending.
+func (w *Warehouse) waiting(ctx context.Context, want func(*mart) bool) ([]*mart, error) {
+	rows, err := w.conn.QueryContext(ctx, "SELECT DISTINCT mart FROM lakeflow.gold_pending")
+	if err != nil {
+		return nil, err
+	}
+	pending := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		pending[name] = true
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, err
+	}
+	var out []*mart
 	for _, m := range w.marts {
-		if !m.active || m.refresh.Every == 0 || (!drained && time.Since(m.refreshed) < m.refresh.Every) {
-			continue
+		if m.active && pending[m.Name] && want(m) {
+			out = append(out, m)
 		}
-		var waiting bool
-		if err := w.conn.QueryRowContext(ctx, "SELECT count(*) > 0 FROM lakeflow.gold_pending WHERE mart = ?", m.Name).Scan(&waiting); err != nil {
-			return err
+	}
+	return out, nil
+}
+
+// refreshAll refreshes the marts from their waiting partitions, in one
+// transaction.
+func (w *Warehouse) refreshAll(ctx context.Context, marts []*mart) error {
+	if len(marts) == 0 {
+		return nil
+	}
+	err := w.inTx(ctx, func(ctx context.Context) error {
+		for _, m := range marts {
+			if err := w.recompute(ctx, m, nil); err != nil {
+				return err
+			}
 		}
-		if !waiting {
-			continue
-		}
-		if err := w.inTx(ctx, func(ctx context.Context) error { return w.refreshMart(ctx, m, nil) }); err != nil {
-			return err
-		}
+		return w.markRefreshed(ctx, marts, w.batch)
+	})
+	if err != nil {
+		return err
+	}
+	for _, m := range marts {
 		m.refreshed = time.Now()
 	}
 	return nil

@@ -181,3 +181,37 @@ func TestMartsSeeDeletesWithTheKeyAlone(t *testing.T) {
 		})
 	}
 }
+
+// TestDeferredMartsWaitForTheCopy: with DeferGold, a mart refreshed with
+// every batch keeps the partitions batches touch pending, and
+// RefreshDeferred (which Capture runs before each copy) brings it up to
+// silver as of the last committed batch.
+func TestDeferredMartsWaitForTheCopy(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	f.apply(f.rec(change.OpCreate, 100, 1, "1", "a", ""))
+	if err := f.marts(map[string]string{"by_name.sql": byName}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.wh.DeferGold()
+	f.apply(f.rec(change.OpCreate, 200, 1, "2", "a", ""), f.rec(change.OpCreate, 200, 2, "3", "b", ""))
+	if got := f.gold("SELECT name || ' ' || n FROM gold.by_name"); got != "a 1" {
+		t.Fatalf("a deferred mart was refreshed by its batch: %q", got)
+	}
+	if got := f.gold("SELECT DISTINCT mart || ' ' || grain FROM lakeflow.gold_pending"); got != "by_name a\nby_name b" {
+		t.Fatalf("pending partitions %q", got)
+	}
+	took, err := f.wh.RefreshDeferred(context.Background())
+	if err != nil || took == 0 {
+		t.Fatalf("RefreshDeferred: %v, %v", took, err)
+	}
+	if got := f.gold("SELECT name || ' ' || n FROM gold.by_name"); got != "a 2\nb 1" {
+		t.Fatalf("refreshed: %q", got)
+	}
+	if got := f.gold("SELECT mart || ' ' || grain FROM lakeflow.gold_pending") + f.gold("SELECT refreshed_batch::VARCHAR FROM lakeflow.gold_marts"); got != "2" {
+		t.Fatalf("pending partitions and the batch recorded: %q, want none and batch 2", got)
+	}
+	if took, err := f.wh.RefreshDeferred(context.Background()); err != nil || took != 0 {
+		t.Fatalf("nothing waits: RefreshDeferred %v, %v", took, err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/lake"
+	"github.com/lakeflow/lakeflow/pipeline/stage"
 )
 
 // Publishing: the live warehouse is private to the process that writes
@@ -35,6 +36,11 @@ import (
 // ErrMidTransaction says a copy would have held part of a source
 // transaction (its last batch was not consistent): none was published.
 var ErrMidTransaction = errors.New("the last batch ends inside a source transaction")
+
+// ErrGold says no copy was made because refreshing a gold mart failed:
+// a mistake in its SQL or in the data it reads, which trying again does
+// not mend (lakeflow run stops, as it did when the batch refreshed it).
+var ErrGold = errors.New("publish: refresh gold marts")
 
 // Publish copies the warehouse, as of its last committed batch, to path,
 // atomically, with lakeflow.published saying which batch the copy holds,
@@ -62,16 +68,20 @@ type Copy struct {
 	path, tmp      string
 	consistentOnly bool
 	began          time.Time
-	// Held is how long the checkpoint and the file's copy held batches
-	// up; Took, how long publishing took in all; Batch, the batch the
-	// published copy holds.
-	Held, Took time.Duration
-	Batch      int64
+	// Gold is how long refreshing the marts took; then Held, how long the
+	// checkpoint and the file's copy held batches up, and Took, how long
+	// publishing took in all; Batch is the batch the published copy
+	// holds. (The refresh is the batches' work, moved before the copy:
+	// it is not what the copy costs.)
+	Held, Gold, Took time.Duration
+	Batch            int64
 }
 
-// Capture checkpoints the live warehouse (the file then holds every
-// committed batch, its log nothing) and copies the file beside path under
-// a temporary name, for Copy.Publish to finish. It must run between
+// Capture refreshes the marts whose partitions wait for a copy
+// (RefreshDeferred: every copy holds each mart as of its silver),
+// checkpoints the live warehouse (the file then holds every committed
+// batch, its log nothing) and copies the file beside path under a
+// temporary name, for Copy.Publish to finish. It must run between
 // batches, from the goroutine that applies them. With consistentOnly, a
 // copy whose last batch ends inside a source transaction is not published
 // (ErrMidTransaction, from Copy.Publish).
@@ -93,6 +103,13 @@ func (w *Warehouse) Capture(ctx context.Context, path string, consistentOnly boo
 			}
 		}
 	}
+	stage.Enter(stage.Gold)
+	c.Gold, err = w.RefreshDeferred(ctx)
+	stage.Enter(stage.Publish)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrGold, err)
+	}
+	c.began = time.Now()
 	if _, err := w.conn.ExecContext(ctx, "CHECKPOINT"); err != nil {
 		return nil, fmt.Errorf("publish: checkpoint %s: %w", w.path, err)
 	}

@@ -60,6 +60,9 @@ type Warehouse struct {
 	marts     []*mart
 	// refreshing are the marts the batch being applied refreshes.
 	refreshing []*mart
+	// deferGold: batches leave the marts refreshed with every batch to
+	// the next copy (DeferGold).
+	deferGold bool
 	// view, if set, says the warehouse only reads the lake (OpenView);
 	// listing is its one listing of the lake's files, by table directory,
 	// whole batches up to complete.

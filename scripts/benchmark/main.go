@@ -689,7 +689,8 @@ func phases(log string) map[string]float64 {
 	out := map[string]float64{}
 	re := regexp.MustCompile(`(stage|decode|lake|rules|history|merge|gold|commit)=([0-9.]+[µm]?s)`)
 	for _, line := range strings.Split(log, "\n") {
-		if !strings.Contains(line, `msg="batch committed"`) {
+		// The batches, and the marts refreshed before each copy.
+		if !strings.Contains(line, `msg="batch committed"`) && !strings.Contains(line, `msg="gold marts refreshed"`) {
 			continue
 		}
 		for _, m := range re.FindAllStringSubmatch(line, -1) {
