@@ -172,7 +172,32 @@ func assertSilverEqualsSourceExcept(t *testing.T, dsn, warehouse string, skip ma
 		got := collect(t, dr, cols)
 		dr.Close()
 		diffRows(t, table, src, got)
+		// One row per key, deleted ones too: silver has no PRIMARY KEY
+		// constraint, the merge alone keeps keys unique.
+		if keys := primaryKey(t, conn, source); len(keys) > 0 {
+			var dup int
+			queryRow(t, db, fmt.Sprintf("SELECT count(*) FROM (SELECT 1 FROM %s GROUP BY %s HAVING count(*) > 1)", silver, strings.Join(keys, ", ")), &dup)
+			if dup > 0 {
+				t.Errorf("silver.%s: %d keys have more than one row", table, dup)
+			}
+		}
 	}
+}
+
+// primaryKey returns the source table's primary key columns, quoted.
+func primaryKey(t *testing.T, conn *pgx.Conn, table string) []string {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), `SELECT quote_ident(a.attname) FROM pg_index i
+		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+		WHERE i.indrelid = $1::regclass AND i.indisprimary ORDER BY a.attnum`, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
 }
 
 // scanner is what pgx.Rows and *sql.Rows have in common.

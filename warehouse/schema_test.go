@@ -19,11 +19,11 @@ func TestFormerNamesFollowRenames(t *testing.T) {
 	at := func(seq uint64) change.Position { return change.Position{Seq: change.LSN(seq)} }
 	v1 := &change.Table{Schema: "public", Name: "t", Columns: []change.Column{col("a"), col("x")}}
 	v2 := &change.Table{Schema: "public", Name: "t", Columns: []change.Column{col("b"), col("x")}, Since: at(10), Accepted: true, Renames: map[string]string{"b": "a"}}
-	if _, err := evolve(v1, v2, false, true); err != nil {
+	if _, err := evolve(v1, v2, false); err != nil {
 		t.Fatal(err)
 	}
 	v3 := &change.Table{Schema: "public", Name: "t", Columns: []change.Column{col("c"), col("y")}, Since: at(20), Accepted: true, Renames: map[string]string{"c": "b", "y": "x"}}
-	if _, err := evolve(v2, v3, false, true); err != nil {
+	if _, err := evolve(v2, v3, false); err != nil {
 		t.Fatal(err)
 	}
 	want := []change.Former{{Column: "c", Name: "a", Before: at(10)}, {Column: "c", Name: "b", Before: at(20)}, {Column: "y", Name: "x", Before: at(20)}}
@@ -31,7 +31,7 @@ func TestFormerNamesFollowRenames(t *testing.T) {
 		t.Fatalf("former names %+v, want %+v", v3.Formerly, want)
 	}
 	v4 := &change.Table{Schema: "public", Name: "t", Columns: []change.Column{col("y")}, Since: at(30), Accepted: true}
-	if _, err := evolve(v3, v4, false, true); err != nil {
+	if _, err := evolve(v3, v4, false); err != nil {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(v4.Formerly, want) || retired(v4, "c") < 0 {

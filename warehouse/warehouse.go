@@ -194,11 +194,6 @@ func OpenView(ctx context.Context, path string, cfg config.Warehouse, lk *lake.L
 	return open(ctx, config.Warehouse{Path: path, MemoryLimit: cfg.MemoryLimit, Threads: cfg.Threads}, lk, log, &v)
 }
 
-// keyed says whether silver tables get their primary key: not in a view
-// in memory (an asof answer), which lives for one question: there the
-// key's index would be most of the cost of filling the table.
-func (w *Warehouse) keyed() bool { return w.view == nil || w.path != "" }
-
 // ForSilver makes a view build silver alone: no history, from the tables
 // registered next on, and no quarantine records (the rules still hold
 // changes back).
