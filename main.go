@@ -179,6 +179,9 @@ func runCommand() *cli.Command {
 				if c.Int("demo-events") < 1 {
 					return fmt.Errorf("%w: --demo-events must be at least 1", fault.ErrConfig)
 				}
+				if err := demo.WriteProject(cfg, log); err != nil {
+					return err
+				}
 				w := demo.Workload{Events: c.Int("demo-events"), Seed: 1}
 				opts.Prepare = demo.Setup
 				opts.Workload = func(ctx context.Context, dsn string) error {

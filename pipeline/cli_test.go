@@ -129,7 +129,31 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 	if cmd.ProcessState.ExitCode() != 2 || strings.Count(string(out), "\n") != 1 || !strings.Contains(string(out), "an LSN (0/1A2B3C4)") {
 		t.Fatalf("lakeflow asof with a malformed position: exit %d, %v\n%s", cmd.ProcessState.ExitCode(), err, out)
 	}
-	// The user's next step on their own database: contracts from the source.
+	// The demo wrote its contracts and catalog into the project, which
+	// had none: its rules held changes back, its customers have history,
+	// and lakeflow check, which its closing lines suggest, finds every
+	// catalog entry and fails on the data alone (the workload breaks the
+	// rules on purpose).
+	db := openDuck(t, cfg.Warehouse.Path)
+	var held, versions int
+	queryRow(t, db, "SELECT count(*) FROM lakeflow.quarantine", &held)
+	queryRow(t, db, "SELECT count(*) FROM silver.customers_history", &versions)
+	db.Close()
+	if held == 0 || versions == 0 {
+		t.Fatalf("the demo in a project of its own: %d changes quarantined, %d customer versions; want its contracts applied", held, versions)
+	}
+	cmd = lakeflowCmd(t, "--config", file, "check")
+	out, _ = cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); code != 7 || strings.Contains(string(out), "catalog.") {
+		t.Fatalf("lakeflow check after the demo: exit %d, want 7 (data only)\n%s", code, out)
+	}
+	// The user's next step on their own database: contracts from the
+	// source (the demo's set aside).
+	for _, dir := range []string{cfg.Contracts.Dir, cfg.Catalog.Dir} {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
 	out, err = lakeflowCmd(t, "--config", file, "contracts", "init").CombinedOutput()
 	if err != nil || strings.Count(string(out), "wrote ") != 5 {
 		t.Fatalf("lakeflow contracts init: %v\n%s", err, out)
@@ -210,7 +234,9 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Stop()
-	assertSilverEqualsSource(t, cl.DSN(cfg.Source.Embedded.Database), cfg.Warehouse.Path, demoTables...)
+	// The demo's contracts held its rule breakers back.
+	assertSilverEqualsSourceExcept(t, cl.DSN(cfg.Source.Embedded.Database), cfg.Warehouse.Path,
+		heldBack(t, cfg.Warehouse.Path, demoTables...), demoTables...)
 }
 
 // TestSecondInterruptStopsAtOnce: a second SIGINT, sent as soon as the

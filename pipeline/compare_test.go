@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -306,4 +307,44 @@ func openDuckRW(t *testing.T, path string) *sql.DB {
 	}
 	db.SetMaxOpenConns(1)
 	return db
+}
+
+// heldBack returns, for each of the tables (as assertSilverEqualsSource
+// names them) with changes in the warehouse's lakeflow.quarantine, SQL
+// that PostgreSQL and DuckDB both read, true for the rows of those keys:
+// silver holds what came before their held changes, not the source's.
+func heldBack(t *testing.T, warehouse string, tables ...string) map[string]string {
+	t.Helper()
+	db := openDuck(t, warehouse)
+	defer db.Close()
+	out := map[string]string{}
+	for _, name := range tables {
+		ct, err := config.ParseTable(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := db.Query("SELECT DISTINCT key::VARCHAR FROM lakeflow.quarantine WHERE source_table = ?", ct.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for rows.Next() {
+			var text string
+			var key map[string]any
+			if err := rows.Scan(&text); err != nil || json.Unmarshal([]byte(text), &key) != nil {
+				t.Fatalf("lakeflow.quarantine key %q: %v", text, err)
+			}
+			var cols []string
+			for col, v := range key {
+				cols = append(cols, fmt.Sprintf("%s = '%v'", pgx.Identifier{col}.Sanitize(), v))
+			}
+			slices.Sort(cols)
+			keys = append(keys, "("+strings.Join(cols, " AND ")+")")
+		}
+		rows.Close()
+		if len(keys) > 0 {
+			out[ct.Name] = strings.Join(keys, " OR ")
+		}
+	}
+	return out
 }
