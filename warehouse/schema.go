@@ -436,19 +436,28 @@ func retired(t *change.Table, name string) int {
 // rebuildTable copies silver into a table with next's types, in the same
 // column order (retired columns included): DuckDB cannot change the type
 // of a column in a primary key, which silver tables of warehouses made
-// before 2026-12-03 have.
+// before 2026-12-03 have (the copy has none). Keys that become one under
+// the new type (text '01' and '1' as integers, a deleted row beside a
+// live one: the source's retype saw only the live) keep one row: the live
+// one, else the newest, as the source has it.
 func rebuildTable(next *change.Table, added []change.Column) []string {
 	silver := "silver." + ident(next.Name)
 	tmpName := next.Name + "__lakeflow_rebuild"
-	var casts []string
+	var casts, keys []string
 	for _, c := range next.Columns {
 		if slices.ContainsFunc(added, func(a change.Column) bool { return a.Name == c.Name }) {
 			continue // added after the rebuild
 		}
-		casts = append(casts, fmt.Sprintf("CAST(%s AS %s) AS %s", ident(c.Name), duckType(c.Type).duck, ident(c.Name)))
+		cast := fmt.Sprintf("CAST(%s AS %s)", ident(c.Name), duckType(c.Type).duck)
+		casts = append(casts, cast+" AS "+ident(c.Name))
+		if c.Key {
+			keys = append(keys, cast)
+		}
 	}
 	stmts := []string{
-		fmt.Sprintf("CREATE TABLE silver.%s AS SELECT * REPLACE (%s) FROM %s", ident(tmpName), strings.Join(casts, ", "), silver),
+		fmt.Sprintf(`CREATE TABLE silver.%s AS SELECT * REPLACE (%s) FROM %s
+			QUALIFY row_number() OVER (PARTITION BY %s ORDER BY _deleted, _cdc_seq DESC, _cdc_ord DESC) = 1`,
+			ident(tmpName), strings.Join(casts, ", "), silver, strings.Join(keys, ", ")),
 		"DROP TABLE " + silver,
 		fmt.Sprintf("ALTER TABLE silver.%s RENAME TO %s", ident(tmpName), ident(next.Name)),
 	}

@@ -78,3 +78,36 @@ func TestFilledThenRenamedInOneCall(t *testing.T) {
 		t.Fatalf("the row from before the column: m = %d, %v; want its default, 5", got, err)
 	}
 }
+
+// TestKeyRetypeKeepsOneRowPerKey: keys that become one under a key
+// column's new type (text '01', deleted, and '1', live, as integers: the
+// source's retype saw only the live row) keep one silver row, the live
+// one, even when the deleted one is newer.
+func TestKeyRetypeKeepsOneRowPerKey(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	ctx := context.Background()
+	typ := func(kind change.Kind, name string) change.Type { return change.Type{Kind: kind, Name: name} }
+	v1 := &change.Table{Schema: "public", Name: "codes", Columns: []change.Column{
+		{Name: "id", Type: typ(change.KindText, "text"), Key: true}, {Name: "a", Type: typ(change.KindText, "text")}}}
+	v2 := &change.Table{Schema: "public", Name: "codes", Since: change.Position{Seq: 500}, Accepted: true, Columns: []change.Column{
+		{Name: "id", Type: typ(change.KindInt4, "integer"), Key: true}, {Name: "a", Type: typ(change.KindText, "text")}}}
+	if err := f.wh.ApplySchemas(ctx, []Schema{{"lf.public.codes", v1}}, "lf._schemas", schemaPos(1), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.wh.conn.ExecContext(ctx, `INSERT INTO silver.codes VALUES
+		('1', 'live', 200, 1, now(), false), ('01', 'deleted later', 300, 1, now(), true), ('2', 'other', 100, 1, now(), false),
+		('03', 'old', 100, 2, now(), true), ('3', 'newer', 400, 1, now(), true)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.wh.ApplySchemas(ctx, []Schema{{"lf.public.codes", v2}}, "lf._schemas", schemaPos(2), nil); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	if err := f.wh.conn.QueryRowContext(ctx, "SELECT string_agg(id || ' ' || a, ', ' ORDER BY id) FROM silver.codes").Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if want := "1 live, 2 other, 3 newer"; got != want {
+		t.Fatalf("silver after the key's retype: %s, want %s", got, want)
+	}
+}
