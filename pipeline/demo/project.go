@@ -15,21 +15,35 @@ import (
 
 // WriteProject writes the demo's contracts and catalog entries, as this
 // repository holds them, to the directories the configuration names,
-// each only where no such directory exists: the demo run from a
+// when neither exists (the catalog describes what the contracts say, so
+// one is not written beside a project's own other): the demo run from a
 // directory of its own then has its rules, quarantine and history, and
 // the lakeflow check it suggests finds the catalog.
 func WriteProject(cfg *config.Config, log *slog.Logger) error {
-	for _, d := range []struct {
+	dirs := []struct {
 		files     fs.FS
 		dir, what string
-	}{{contracts.Demo, cfg.Contracts.Dir, "contracts"}, {catalog.Demo, cfg.Catalog.Dir, "catalog"}} {
+	}{{contracts.Demo, cfg.Contracts.Dir, "contracts"}, {catalog.Demo, cfg.Catalog.Dir, "catalog"}}
+	for _, d := range dirs {
 		if _, err := os.Stat(d.dir); !errors.Is(err, os.ErrNotExist) {
 			if err != nil {
 				return fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
 			}
-			continue
+			return nil
 		}
-		if err := os.CopyFS(d.dir, d.files); err != nil {
+	}
+	for _, d := range dirs {
+		// Under another name first: a copy cut short is not taken for
+		// the project's own next time.
+		tmp := d.dir + ".writing"
+		err := os.RemoveAll(tmp)
+		if err == nil {
+			err = os.CopyFS(tmp, d.files)
+		}
+		if err == nil {
+			err = os.Rename(tmp, d.dir)
+		}
+		if err != nil {
 			return fmt.Errorf("%w: write the demo's %s to %s: %v", fault.ErrEnvironment, d.what, d.dir, err)
 		}
 		log.Info("wrote the demo's "+d.what, "dir", d.dir)
