@@ -564,7 +564,7 @@ func (w *Warehouse) refreshGold(ctx context.Context, tables []*table, now time.T
 			}
 		}
 		switch {
-		case m.refresh.Manual, m.everyBatch() && w.deferGold:
+		case m.refresh.Manual, m.everyBatch() && !withBatch:
 			continue
 		case m.refresh.Every > 0:
 			if now.Sub(m.refreshed) < m.refresh.Every {
@@ -631,10 +631,10 @@ func (w *Warehouse) DeferGold() { w.deferGold = true }
 func (w *Warehouse) RefreshDeferred(ctx context.Context) (time.Duration, error) {
 	t0 := time.Now()
 	due, err := w.waiting(ctx, (*mart).everyBatch)
-	if err == nil && len(due) > 0 {
-		err = w.refreshAll(ctx, due)
-	}
 	if err != nil || len(due) == 0 {
+		return 0, err
+	}
+	if err := w.refreshAll(ctx, due); err != nil {
 		return 0, err
 	}
 	return time.Since(t0), nil

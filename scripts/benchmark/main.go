@@ -188,12 +188,8 @@ func run(events int, out string, keep, quick bool, profileDir, bin string) error
 	}
 	os.Chmod(work, 0o755)
 
-	if bin == "" {
-		step("building lakeflow")
-		bin = filepath.Join(work, "lakeflow")
-		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-			return fmt.Errorf("go build: %v\n%s", err, out)
-		}
+	if bin, err = lakeflowBinary(bin, work); err != nil {
+		return err
 	}
 	pgPort, err := freePort()
 	if err != nil {
@@ -600,6 +596,20 @@ func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn string) (FreshnessRe
 	return r, nil
 }
 
+// lakeflowBinary returns bin, or, if it is empty, a build of the working
+// tree in work.
+func lakeflowBinary(bin, work string) (string, error) {
+	if bin != "" {
+		return bin, nil
+	}
+	step("building lakeflow")
+	bin = filepath.Join(work, "lakeflow")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
 // freshnessOnly measures the freshness again on a working directory
 // kept by -keep (its PostgreSQL, its first run's data directory),
 // with bin or a build of the working tree.
@@ -615,12 +625,8 @@ func freshnessOnly(work, bin string) error {
 		return fmt.Errorf("%s names no PostgreSQL of the benchmark's", cfgFile)
 	}
 	port, _ := strconv.Atoi(m[2])
-	if bin == "" {
-		step("building lakeflow")
-		bin = filepath.Join(work, "lakeflow")
-		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-			return fmt.Errorf("go build: %v\n%s", err, out)
-		}
+	if bin, err = lakeflowBinary(bin, work); err != nil {
+		return err
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cl, err := postgres.StartCluster(ctx, postgres.ClusterConfig{Dir: filepath.Join(work, "pg"), Port: port, Ephemeral: true}, quiet)
