@@ -171,10 +171,31 @@ func (c *Consumer) Assign(ctx context.Context, topic string, partitions int, pos
 	return from, reset, nil
 }
 
+// topUpWait is how long Poll waits for the fetch that follows a buffered
+// one: Kafka answers it at once when it holds records, and otherwise they
+// wait for the next poll anyway.
+const topUpWait = 20 * time.Millisecond
+
 // Poll waits for records (up to max) until ctx is done or wait passes.
 // Every partition's records must follow on without a gap. Behind says
 // whether Kafka held more than it returned.
 func (c *Consumer) Poll(ctx context.Context, max int, wait time.Duration) ([]*kgo.Record, error) {
+	recs, err := c.poll(ctx, max, wait)
+	if err != nil || len(recs) == 0 || len(recs) >= max {
+		return recs, err
+	}
+	// The client holds one fetch for each broker and sends the next when
+	// that one is taken, so what the first poll returns may have waited
+	// while the caller applied a batch: as much again (measured: the
+	// newest change of each batch had reached silver 0.7 s after its
+	// source commit, for 0.3 s of applying). The next fetch holds what
+	// arrived meanwhile.
+	more, err := c.poll(ctx, max-len(recs), topUpWait)
+	return append(recs, more...), err
+}
+
+// poll takes what one fetch returns, waiting at most wait for it.
+func (c *Consumer) poll(ctx context.Context, max int, wait time.Duration) ([]*kgo.Record, error) {
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	fetches := c.cl.PollRecords(pctx, max)

@@ -93,6 +93,9 @@ type FreshnessResult struct {
 	SilverP99    float64 `json:"silver_p99_seconds"`
 	PublishedP50 float64 `json:"published_p50_seconds"`
 	PublishedP99 float64 `json:"published_p99_seconds"`
+	// CPUSeconds is lakeflow's CPU time over the whole --follow run
+	// (3 s before the load, 7 s after it): what freshness costs.
+	CPUSeconds float64 `json:"cpu_seconds"`
 }
 
 // AsOfResult measures one lakeflow asof (the faster of two): wall time
@@ -421,8 +424,8 @@ func run(events int, out string, keep, quick bool, profileDir, bin string) error
 	}
 	fmt.Printf("  check:                 %.2f s  (contracts vs the live source, catalog, population checks; exit %d)\n", res.CheckSeconds, res.CheckExit)
 	f := res.Freshness
-	fmt.Printf("  freshness, --follow at %d changes/s: source commit → silver p50 %.2f s, p99 %.2f s; → published copy p50 %.2f s, p99 %.2f s (%d changes, %d batches)\n",
-		f.Rate, f.SilverP50, f.SilverP99, f.PublishedP50, f.PublishedP99, f.Changes, f.Batches)
+	fmt.Printf("  freshness, --follow at %d changes/s: source commit → silver p50 %.2f s, p99 %.2f s; → published copy p50 %.2f s, p99 %.2f s (%d changes, %d batches, %.1f s CPU)\n",
+		f.Rate, f.SilverP50, f.SilverP99, f.PublishedP50, f.PublishedP99, f.Changes, f.Batches, f.CPUSeconds)
 	data, _ := json.MarshalIndent(res, "", "  ")
 	if keep {
 		fmt.Fprintln(os.Stderr, "working directory kept:", work)
@@ -535,6 +538,7 @@ func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn string) (FreshnessRe
 	if err != nil {
 		return r, err
 	}
+	r.CPUSeconds = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
 	// When each copy was in place, and the batch it holds.
 	type copied struct {
 		at    time.Time
