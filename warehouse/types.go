@@ -131,19 +131,6 @@ const intervalMacro = `CREATE OR REPLACE TEMP MACRO lakeflow_iso_interval(s) AS 
 	  + CAST(round(CAST(coalesce(nullif(regexp_extract(split_part(s, 'T', 2), '(-?[0-9.]+)S', 1), ''), '0') AS DECIMAL(38,6)) * 1000000) AS BIGINT))
 ) END`
 
-// hasInterval reports whether a table has an interval column: DuckDB's
-// UPDATE and MERGE keep the old spelling of an interval that compares
-// equal (1 day vs 24:00:00), so such tables apply changes by delete and
-// insert.
-func hasInterval(t *change.Table) bool {
-	for _, c := range t.Columns {
-		if c.Type.Kind == change.KindInterval {
-			return true
-		}
-	}
-	return false
-}
-
 // ident quotes an SQL identifier.
 func ident(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 

@@ -1,6 +1,6 @@
 // Package warehouse is the DuckDB side: silver tables created from source
 // schemas, the per-batch apply (staged and decoded first, then lake
-// files, guarded MERGE, soft deletes, offsets in one transaction), and the
+// files, the guarded merge, soft deletes, offsets in one transaction), and the
 // operations tables.
 package warehouse
 
