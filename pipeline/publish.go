@@ -80,9 +80,9 @@ func copyFile(src, dst string) error {
 // backlog), copies are backlogCopies times rarer: one made mid-backlog is
 // stale within seconds (when a copy cost a tenth of a core, copies every
 // 5 s cost the bench's backlog run with history and gold a tenth of its
-// pace). Before each copy the marts refreshed with every batch catch up
-// with silver (warehouse.DeferGold): the batches' work, moved, which the
-// copy's cost leaves out.
+// pace). Each copy's marts refreshed with every batch are recomputed as
+// of it beside the batches that follow (warehouse.DeferGold, Copy.Publish):
+// the batches' work, moved, which the copy's cost leaves out.
 type publisher struct {
 	wh       *warehouse.Warehouse
 	path     string
@@ -92,8 +92,9 @@ type publisher struct {
 	next, nextBehind time.Time
 	log              *slog.Logger
 	metrics          *metrics
-	// running gets the outcome of the copy being published (nil: none).
+	// running gets the outcome of copy, being published (nil: none).
 	running chan error
+	copy    *warehouse.Copy
 	// gold is the time refreshing the marts for copies took.
 	gold time.Duration
 }
@@ -115,11 +116,14 @@ func (p *publisher) due(ctx context.Context, behind bool) error {
 	if p.running != nil {
 		select {
 		case err := <-p.running:
-			p.running = nil
-			switch {
+			switch err = p.taken(err); {
 			case errors.Is(err, warehouse.ErrMidTransaction):
 				// A batch cut inside a large transaction committed since:
 				// the copy waits for the batch that ends it.
+			case errors.Is(err, warehouse.ErrGold):
+				// A mistake in a mart's SQL or in the data it reads: the
+				// run stops, as it did when batches refreshed the mart.
+				return err
 			case err != nil:
 				return p.failed(ctx, err)
 			}
@@ -138,14 +142,10 @@ func (p *publisher) due(ctx context.Context, behind bool) error {
 	c, err := p.wh.Capture(ctx, p.path, true)
 	stage.Enter(stage.Fetch) // the consumer loop's, between batches
 	if err != nil {
-		if errors.Is(err, warehouse.ErrGold) {
-			return err
-		}
 		return p.failed(ctx, err)
 	}
-	p.counted(c.Gold)
 	done := make(chan error, 1)
-	p.running = done
+	p.running, p.copy = done, c
 	go func() {
 		stage.Enter(stage.Publish)
 		done <- p.publish(ctx, c)
@@ -155,11 +155,21 @@ func (p *publisher) due(ctx context.Context, behind bool) error {
 
 // refresh refreshes the marts that wait for the next copy now, before
 // the run's record, which then counts the time, rather than in the final
-// copy's Capture.
+// copy's publishing. The copy in flight goes first: its refresh writes
+// what this one would.
 func (p *publisher) refresh(ctx context.Context) error {
+	p.wait()
 	stage.Enter(stage.Gold)
 	took, err := p.wh.RefreshDeferred(ctx)
 	p.counted(took)
+	return err
+}
+
+// taken takes in the outcome err of the copy in flight: the time its
+// marts' refresh took counts as the run's.
+func (p *publisher) taken(err error) error {
+	p.counted(p.copy.Gold)
+	p.running, p.copy = nil, nil
 	return err
 }
 
@@ -210,10 +220,9 @@ func (p *publisher) scheduled(took, held time.Duration, batch int64) {
 // closed under it.
 func (p *publisher) wait() {
 	if p.running != nil {
-		if err := <-p.running; err != nil && !errors.Is(err, warehouse.ErrMidTransaction) {
+		if err := p.taken(<-p.running); err != nil && !errors.Is(err, warehouse.ErrMidTransaction) {
 			p.log.Debug("the copy in flight was not published", "err", err)
 		}
-		p.running = nil
 	}
 }
 
@@ -227,6 +236,7 @@ func (p *publisher) final(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	err = p.publish(context.WithoutCancel(ctx), c)
 	p.counted(c.Gold)
-	return p.publish(context.WithoutCancel(ctx), c)
+	return err
 }

@@ -78,7 +78,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		return err
 	}
 	defer wh.Close()
-	wh.DeferGold() // refreshed before each copy (Warehouse.Capture)
+	wh.DeferGold() // refreshed as of each copy (Warehouse.Copy.Publish)
 	if err := wh.NumberAfterLake(ctx); err != nil {
 		return err
 	}

@@ -414,16 +414,16 @@ func (w *Warehouse) pend(ctx context.Context, m *mart, tmp string) error {
 // from silver and records that it did. It runs outside any batch's
 // transaction: the mart holds the last committed batch.
 func (w *Warehouse) refreshMart(ctx context.Context, m *mart, touched []string) error {
-	if err := w.recompute(ctx, m, touched); err != nil {
+	if err := w.recompute(ctx, w.conn, m, touched); err != nil {
 		return err
 	}
-	return w.markRefreshed(ctx, []*mart{m}, w.batch)
+	return markRefreshed(ctx, w.conn, []*mart{m}, w.batch)
 }
 
-// recompute recomputes the mart's pending partitions and those the
-// touched tables (touchOnce answers) hold (all of it, for a full mart)
-// from silver.
-func (w *Warehouse) recompute(ctx context.Context, m *mart, touched []string) error {
+// recompute recomputes, on conn, the mart's pending partitions and those
+// the touched tables (touchOnce answers) hold (all of it, for a full
+// mart) from silver; the temp table lakeflow_refresh holds them after.
+func (w *Warehouse) recompute(ctx context.Context, conn *sql.Conn, m *mart, touched []string) error {
 	t0 := time.Now()
 	fresh := ""
 	for _, tmp := range touched {
@@ -449,7 +449,7 @@ func (w *Warehouse) recompute(ctx context.Context, m *mart, touched []string) er
 			fmt.Sprintf("INSERT INTO %s SELECT * FROM (%s) WHERE %s IN (SELECT grain FROM lakeflow_refresh)", m.table(), m.SQL, ident(m.Grain)),
 		}
 	}
-	if err := w.exec(ctx, stmts); err != nil {
+	if err := exec(ctx, conn, stmts...); err != nil {
 		return fmt.Errorf("refresh gold.%s (%s): %w", m.Name, m.File, err)
 	}
 	return nil
@@ -573,32 +573,31 @@ func (w *Warehouse) refreshGold(ctx context.Context, tables []*table, now time.T
 		case !touched:
 			continue
 		}
-		if err := w.recompute(ctx, m, fresh); err != nil {
+		if err := w.recompute(ctx, w.conn, m, fresh); err != nil {
 			return nil, err
 		}
 		refreshed = append(refreshed, m)
 	}
 	if len(refreshed) > 0 {
-		if err := w.markRefreshed(ctx, refreshed, w.batch+1); err != nil {
+		if err := markRefreshed(ctx, w.conn, refreshed, w.batch+1); err != nil {
 			return nil, err
 		}
 	}
 	return refreshed, nil
 }
 
-// markRefreshed clears the pending partitions of the marts and records
-// when they were refreshed and the batch they hold, for all of them at
-// once (two statements per mart and batch cost more).
-func (w *Warehouse) markRefreshed(ctx context.Context, marts []*mart, batch int64) error {
+// markRefreshed clears, on conn, the pending partitions of the marts and
+// records when they were refreshed and the batch they hold, for all of
+// them at once (two statements per mart and batch cost more).
+func markRefreshed(ctx context.Context, conn *sql.Conn, marts []*mart, batch int64) error {
 	names := make([]string, len(marts))
 	for i, m := range marts {
 		names[i] = literal(m.Name)
 	}
 	in := strings.Join(names, ", ")
-	return w.exec(ctx, []string{
+	return exec(ctx, conn,
 		fmt.Sprintf("DELETE FROM lakeflow.gold_pending WHERE mart IN (%s)", in),
-		fmt.Sprintf("UPDATE lakeflow.gold_marts SET refreshed_at = now(), refreshed_batch = %d WHERE mart IN (%s)", batch, in),
-	})
+		fmt.Sprintf("UPDATE lakeflow.gold_marts SET refreshed_at = now(), refreshed_batch = %d WHERE mart IN (%s)", batch, in))
 }
 
 // RefreshDue refreshes the marts refreshed at an interval whose interval
@@ -606,7 +605,7 @@ func (w *Warehouse) markRefreshed(ctx context.Context, marts []*mart, batch int6
 // partitions waiting. The consumer calls it while idle, so a mart does
 // not wait for the next batch.
 func (w *Warehouse) RefreshDue(ctx context.Context, drained bool) error {
-	due, err := w.waiting(ctx, func(m *mart) bool {
+	due, err := w.waiting(ctx, w.conn, func(m *mart) bool {
 		return m.refresh.Every > 0 && (drained || time.Since(m.refreshed) >= m.refresh.Every)
 	})
 	if err != nil {
@@ -617,8 +616,8 @@ func (w *Warehouse) RefreshDue(ctx context.Context, drained bool) error {
 
 // DeferGold makes the batches leave the partitions they touch of the marts
 // refreshed with every batch in lakeflow.gold_pending, as they do for
-// those refreshed at an interval, until the next copy is captured
-// (Capture) or RefreshDeferred. lakeflow run's live warehouse is private:
+// those refreshed at an interval, until the next copy's Publish or
+// RefreshDeferred refreshes them. lakeflow run's live warehouse is private:
 // readers open only its copies, and each still holds every mart as of
 // its silver. A mart whose partitions grow (a day's orders, all day)
 // costs a batch more with every batch; refreshed once per copy, it costs
@@ -627,10 +626,12 @@ func (w *Warehouse) DeferGold() { w.deferGold = true }
 
 // RefreshDeferred refreshes the marts refreshed with every batch that
 // have partitions waiting (DeferGold, or a run that stopped before its
-// last copy), and says how long that took. It runs between batches.
+// last copy), and says how long that took. It runs between batches, and
+// not while a copy is being published (Copy.Publish refreshes the same
+// marts beside the batches: DuckDB would refuse one of the two).
 func (w *Warehouse) RefreshDeferred(ctx context.Context) (time.Duration, error) {
 	t0 := time.Now()
-	due, err := w.waiting(ctx, (*mart).everyBatch)
+	due, err := w.waiting(ctx, w.conn, (*mart).everyBatch)
 	if err != nil || len(due) == 0 {
 		return 0, err
 	}
@@ -644,9 +645,9 @@ func (w *Warehouse) RefreshDeferred(ctx context.Context) (time.Duration, error) 
 func (m *mart) everyBatch() bool { return m.refresh == (config.Refresh{}) }
 
 // waiting returns the active marts that want says and that have
-// partitions waiting in lakeflow.gold_pending.
-func (w *Warehouse) waiting(ctx context.Context, want func(*mart) bool) ([]*mart, error) {
-	rows, err := w.conn.QueryContext(ctx, "SELECT DISTINCT mart FROM lakeflow.gold_pending")
+// partitions waiting in lakeflow.gold_pending, as conn sees it.
+func (w *Warehouse) waiting(ctx context.Context, conn *sql.Conn, want func(*mart) bool) ([]*mart, error) {
+	rows, err := conn.QueryContext(ctx, "SELECT DISTINCT mart FROM lakeflow.gold_pending")
 	if err != nil {
 		return nil, err
 	}
@@ -679,11 +680,11 @@ func (w *Warehouse) refreshAll(ctx context.Context, marts []*mart) error {
 	}
 	err := w.inTx(ctx, func(ctx context.Context) error {
 		for _, m := range marts {
-			if err := w.recompute(ctx, m, nil); err != nil {
+			if err := w.recompute(ctx, w.conn, m, nil); err != nil {
 				return err
 			}
 		}
-		return w.markRefreshed(ctx, marts, w.batch)
+		return markRefreshed(ctx, w.conn, marts, w.batch)
 	})
 	if err != nil {
 		return err

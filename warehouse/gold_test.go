@@ -2,7 +2,9 @@ package warehouse
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -151,7 +153,8 @@ func TestIntervalMartsRefreshWhenDue(t *testing.T) {
 
 // TestMartsSeeDeletesWithTheKeyAlone: a batch of an update and deletes
 // that carry only the key refreshes the partitions the deleted rows left,
-// on the replace path (a table with an interval) and on the MERGE path.
+// for a table with an interval and one without (they took different
+// paths through the merge until 2026-12-03).
 func TestMartsSeeDeletesWithTheKeyAlone(t *testing.T) {
 	withInterval := acct
 	defer func() { acct = withInterval }()
@@ -160,7 +163,7 @@ func TestMartsSeeDeletesWithTheKeyAlone(t *testing.T) {
 		{Name: "name", Type: change.Type{Kind: change.KindText, Name: "text"}},
 		{Name: "span", Type: change.Type{Kind: change.KindText, Name: "text"}},
 	}}
-	for path, table := range map[string]*change.Table{"replace": withInterval, "merge": withoutInterval} {
+	for path, table := range map[string]*change.Table{"interval": withInterval, "text": withoutInterval} {
 		t.Run(path, func(t *testing.T) {
 			acct = table
 			f := newFixture(t)
@@ -184,8 +187,8 @@ func TestMartsSeeDeletesWithTheKeyAlone(t *testing.T) {
 
 // TestDeferredMartsWaitForTheCopy: with DeferGold, a mart refreshed with
 // every batch keeps the partitions batches touch pending, and
-// RefreshDeferred (which Capture runs before each copy) brings it up to
-// silver as of the last committed batch.
+// RefreshDeferred (which a run calls as it stops) brings it up to silver
+// as of the last committed batch.
 func TestDeferredMartsWaitForTheCopy(t *testing.T) {
 	f := newFixture(t)
 	defer f.close()
@@ -213,5 +216,56 @@ func TestDeferredMartsWaitForTheCopy(t *testing.T) {
 	}
 	if took, err := f.wh.RefreshDeferred(context.Background()); err != nil || took != 0 {
 		t.Fatalf("nothing waits: RefreshDeferred %v, %v", took, err)
+	}
+}
+
+// TestCopyRefreshesMartsAsOfItsSilver: the marts that wait for a copy are
+// recomputed as the copy holds silver, though a batch commits between the
+// copy's capture and its refresh; the copy holds them so, and the live
+// warehouse keeps that batch's partitions pending for the next copy.
+func TestCopyRefreshesMartsAsOfItsSilver(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	ctx := context.Background()
+	f.apply(f.rec(change.OpCreate, 100, 1, "1", "a", ""))
+	if err := f.marts(map[string]string{"by_name.sql": byName}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.wh.DeferGold()
+	f.apply(f.rec(change.OpCreate, 200, 1, "2", "a", ""), f.rec(change.OpCreate, 200, 2, "3", "b", ""))
+	path := filepath.Join(f.dir, "published.duckdb")
+	c, err := f.wh.Capture(ctx, path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.apply(f.rec(change.OpUpdate, 300, 1, "1", "c", ""), f.rec(change.OpCreate, 300, 2, "4", "b", ""))
+	if err := c.Publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c.Gold == 0 || c.Batch != 2 {
+		t.Errorf("the copy holds batch %d, its marts refreshed in %v; want batch 2, a refresh", c.Batch, c.Gold)
+	}
+	db, err := sql.Open("duckdb", path+"?access_mode=READ_ONLY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var copied string
+	err = db.QueryRow(`SELECT (SELECT string_agg(name || ' ' || n, chr(10) ORDER BY name) FROM gold.by_name)
+		|| ' | ' || (SELECT count(*) FROM lakeflow.gold_pending) || ' | ' || (SELECT refreshed_batch FROM lakeflow.gold_marts)`).Scan(&copied)
+	if err != nil || copied != "a 2\nb 1 | 0 | 2" {
+		t.Fatalf("the copy's mart, pending partitions and refreshed batch: %q (%v), want them as of batch 2", copied, err)
+	}
+	if got := f.gold("SELECT name || ' ' || n FROM gold.by_name"); got != "a 2\nb 1" {
+		t.Errorf("the live mart: %q, want it as of batch 2", got)
+	}
+	if got := f.gold("SELECT DISTINCT grain FROM lakeflow.gold_pending"); got != "a\nb\nc" {
+		t.Errorf("the live pending partitions: %q, want batch 3's", got)
+	}
+	if _, err := f.wh.RefreshDeferred(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.gold("SELECT name || ' ' || n FROM gold.by_name"); got != "a 1\nb 2\nc 1" {
+		t.Errorf("the live mart refreshed: %q", got)
 	}
 }

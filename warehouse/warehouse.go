@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -293,18 +294,24 @@ func (w *Warehouse) recorded(ctx context.Context, path string) (bool, error) {
 // it to the command.
 const defaultMemoryLimit = 1 << 30
 
+// session is what a connection that runs a batch's SQL or a mart's needs
+// set: DuckDB keeps these for each connection.
+var session = []string{
+	"SET TimeZone = 'UTC'",
+	// Reference rules ASOF-join a batch's changes with those of the
+	// table they reference; the nested-loop plan DuckDB picks from its
+	// row estimates costs tens of ms per batch, the sort plan a few.
+	"SET asof_loop_join_threshold = 0",
+	intervalMacro,
+	utcDateMacro,
+}
+
 func (w *Warehouse) init(ctx context.Context, memoryLimit int64, threads int) error {
 	// Without a limit DuckDB may take 80% of the machine's memory.
 	if memoryLimit == 0 {
 		memoryLimit = defaultMemoryLimit
 	}
-	for _, stmt := range []string{
-		"SET TimeZone = 'UTC'",
-		// Reference rules ASOF-join a batch's changes with those of the
-		// table they reference; the nested-loop plan DuckDB picks from
-		// its row estimates costs tens of ms per batch, the sort plan
-		// a few.
-		"SET asof_loop_join_threshold = 0",
+	for _, stmt := range slices.Concat(session, []string{
 		// Every query whose order matters says ORDER BY (lake files are
 		// written in offset order); the others may run in any order,
 		// which lets DuckDB fill tables in parallel.
@@ -321,13 +328,11 @@ func (w *Warehouse) init(ctx context.Context, memoryLimit int64, threads int) er
 		"SET checkpoint_threshold = '64MiB'",
 		fmt.Sprintf("SET memory_limit = '%dMB'", max(memoryLimit>>20, 64)),
 		bootstrap,
-		intervalMacro,
-		utcDateMacro,
 		deadLetterTables,
 		quarantineTable,
 		goldTables,
 		"CREATE OR REPLACE TEMP TABLE lakeflow_known (tbl INTEGER, seq UBIGINT, ord UINTEGER)",
-	} {
+	}) {
 		if _, err := w.conn.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("initialise warehouse %s: %w", w.path, err)
 		}
