@@ -127,13 +127,14 @@ func (w *Warehouse) Capture(ctx context.Context, path string, consistentOnly boo
 		os.Remove(c.tmp)
 		return nil, fmt.Errorf("publish %s: %w", path, err)
 	}
-	// Every copy holds each mart as of its silver. Refreshed here, the
-	// marts held batches up for longer than the checkpoint and the copy
-	// (a day's orders, recomputed: 110-250 ms of each 250-650 ms hold-up
-	// under the bench's steady load); the transaction begun now sees
-	// what the copy holds, whatever batches commit while it runs, and
-	// writes only what no batch writes (the marts refreshed with every
-	// batch, the partitions that waited, and those marts' records).
+	// Every copy holds each mart as of its silver. Refreshed between
+	// batches before the checkpoint, the marts held batches up for longer
+	// than the checkpoint and the copy (a day's orders, recomputed:
+	// 110-250 ms of each 250-650 ms hold-up under the bench's steady
+	// load). Instead, the transaction begun now sees what the copy
+	// holds, whatever batches commit while it runs, and writes only what
+	// no batch writes (the marts refreshed with every batch, the
+	// partitions that waited, and those marts' records).
 	if c.conn, err = w.db.Conn(ctx); err != nil {
 		os.Remove(c.tmp)
 		return nil, err
