@@ -31,7 +31,8 @@ func orphans(t *testing.T, h *harness) string {
 // the order's transaction commits (a deferred foreign key): an order
 // written before its customer in one transaction passes; one whose
 // customer the same transaction deletes, or truncates, fails; orders the
-// initial snapshot takes find the snapshot's customers.
+// initial snapshot takes find the snapshot's customers, and an order of a
+// later run finds its customer in silver.
 func TestReferencesAsOfCommit(t *testing.T) {
 	h := newHarness(t, qualified(demoTables)...)
 	useDemoContracts(t, h)
@@ -48,7 +49,13 @@ func TestReferencesAsOfCommit(t *testing.T) {
 				`DELETE FROM customers WHERE id = 6`},
 			{`TRUNCATE customers CASCADE`},
 			{`INSERT INTO orders (id, customer_id, status, total_cents, currency) VALUES (8003, 7, 'pending', 100, 'EUR')`},
+			{`INSERT INTO customers (id, email, name, country, segment) VALUES (9001, 'b@example.com', 'B', 'FR', 'consumer')`},
 		})
+	}})
+	// A customer an earlier run applied is in silver alone.
+	h.run(t, Options{Workload: func(ctx context.Context, dsn string) error {
+		return applySteps(ctx, dsn, [][]string{
+			{`INSERT INTO orders (id, customer_id, status, total_cents, currency) VALUES (8004, 9001, 'pending', 100, 'EUR')`}})
 	}})
 	got := strings.Join(quarantined(t, h), "\n")
 	for _, want := range []string{`public.orders {"id":8002} orders.customer_exists`, `public.orders {"id":8003} orders.customer_exists`} {
