@@ -31,7 +31,8 @@ import (
 // its copies every 5 s were 29% of lakeflow's CPU. Checkpoint and copy run
 // between batches (Capture): a checkpoint rewrites the file, and a batch
 // that updates rows waits for one running beside it anyway. The rest runs
-// beside the stream (Copy.Publish). The copy is as large as the live
+// beside the stream (Copy.Publish: the marts' refresh, the copy's record,
+// sync and rename). The copy is as large as the live
 // file, and its free blocks hold what they held there (superseded
 // versions of rows).
 
