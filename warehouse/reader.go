@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 )
@@ -29,9 +30,9 @@ func OpenReader(ctx context.Context, path string) (*Reader, error) {
 		return nil, err
 	}
 	r := &Reader{db: db, conn: conn}
-	// (lakeflow_utc_date too, so a mart's SQL runs here as it does in
-	// the pipeline.)
-	for _, stmt := range []string{"SET TimeZone = 'UTC'", "SET search_path = 'silver,gold,lakeflow,main'", utcDateMacro} {
+	// (The pipeline's session too, so a mart's SQL runs here as it does
+	// there: lakeflow_utc_date, UTC.)
+	for _, stmt := range slices.Concat(session, []string{"SET search_path = 'silver,gold,lakeflow,main'"}) {
 		if _, err := conn.ExecContext(ctx, stmt); err != nil {
 			r.Close()
 			return nil, err

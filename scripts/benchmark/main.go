@@ -699,7 +699,7 @@ func phases(log string) map[string]float64 {
 	out := map[string]float64{}
 	re := regexp.MustCompile(`(stage|decode|lake|rules|history|merge|gold|commit)=([0-9.]+[µm]?s)`)
 	for _, line := range strings.Split(log, "\n") {
-		// The batches, and the marts refreshed before each copy.
+		// The batches, and the marts refreshed for each copy.
 		if !strings.Contains(line, `msg="batch committed"`) && !strings.Contains(line, `msg="gold marts refreshed"`) {
 			continue
 		}
