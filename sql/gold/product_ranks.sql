@@ -7,8 +7,10 @@
 -- touched by silver.orders: lakeflow_utc_date(created_at)
 -- touched by silver.order_items: SELECT lakeflow_utc_date(o.created_at) FROM changed c JOIN silver.orders o ON o.id = c.order_id
 -- A product's price does not count here (lines carry their own), so only a
--- product whose category, or existence, changed touches the days it sold:
--- touched by silver.products: SELECT lakeflow_utc_date(o.created_at) FROM (SELECT id FROM changed GROUP BY id HAVING count(DISTINCT (category, _deleted)) > 1) c JOIN silver.order_items i ON i.product_id = c.id JOIN silver.orders o ON o.id = i.order_id
+-- product whose category, or existence, changed touches the days it sold.
+-- Written as IN filters: mostly no product qualifies, and the joins from
+-- it took 60-80 ms a batch on a grown warehouse, IN 3-4 ms:
+-- touched by silver.products: SELECT lakeflow_utc_date(created_at) FROM silver.orders WHERE id IN (SELECT order_id FROM silver.order_items WHERE product_id IN (SELECT id FROM changed GROUP BY id HAVING count(DISTINCT (category, _deleted)) > 1))
 -- The day is computed once per order, in the subquery, by
 -- lakeflow_utc_date: created_at::DATE, without the cost of ICU's calendar.
 SELECT
