@@ -524,11 +524,11 @@ const (
 // synchronously.
 func freshness(ctx context.Context, bin, cfgFile, lakeDir, dsn string) (async, sync FreshnessResult, err error) {
 	step("lakeflow run --follow under a steady %d changes/s for %d s", steadyRate, steadySeconds)
-	if async, err = steady(ctx, bin, cfgFile, lakeDir, dsn); err != nil {
+	if async, err = steady(ctx, bin, cfgFile, lakeDir, dsn, "steady.log"); err != nil {
 		return async, sync, err
 	}
 	step("again, the load committed synchronously")
-	sync, err = steady(ctx, bin, cfgFile, lakeDir, dsn+"&synchronous_commit=on")
+	sync, err = steady(ctx, bin, cfgFile, lakeDir, dsn+"&synchronous_commit=on", "steady-sync.log")
 	return async, sync, err
 }
 
@@ -537,9 +537,9 @@ func freshness(ctx context.Context, bin, cfgFile, lakeDir, dsn string) (async, s
 // made meanwhile, the time from its source commit to the commit of the
 // batch that applied it to silver (its lake file's _commit_ts, and
 // lakeflow.batches), and to the first published copy that holds that
-// batch (the run's log says when each copy was in place and which batch
-// it holds).
-func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn string) (FreshnessResult, error) {
+// batch (the run's log, kept as logName beside cfgFile, says when each
+// copy was in place and which batch it holds).
+func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn, logName string) (FreshnessResult, error) {
 	r := FreshnessResult{Rate: steadyRate}
 	cmd := exec.Command(bin, "--config", cfgFile, "--log-level", "debug", "run", "--follow")
 	var log strings.Builder
@@ -556,7 +556,7 @@ func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn string) (FreshnessRe
 	if werr := cmd.Wait(); err == nil && werr != nil {
 		err = fmt.Errorf("lakeflow run --follow: %v\n%s", werr, log.String())
 	}
-	os.WriteFile(filepath.Join(filepath.Dir(cfgFile), "steady.log"), []byte(log.String()), 0o644)
+	os.WriteFile(filepath.Join(filepath.Dir(cfgFile), logName), []byte(log.String()), 0o644)
 	if err != nil {
 		return r, err
 	}
