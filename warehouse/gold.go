@@ -590,14 +590,19 @@ func (w *Warehouse) refreshGold(ctx context.Context, tables []*table, now time.T
 // records when they were refreshed and the batch they hold, for all of
 // them at once (two statements per mart and batch cost more).
 func markRefreshed(ctx context.Context, conn *sql.Conn, marts []*mart, batch int64) error {
+	in := martNames(marts)
+	return exec(ctx, conn,
+		fmt.Sprintf("DELETE FROM lakeflow.gold_pending WHERE mart IN (%s)", in),
+		fmt.Sprintf("UPDATE lakeflow.gold_marts SET refreshed_at = now(), refreshed_batch = %d WHERE mart IN (%s)", batch, in))
+}
+
+// martNames lists the marts' names as SQL literals, for an IN (…).
+func martNames(marts []*mart) string {
 	names := make([]string, len(marts))
 	for i, m := range marts {
 		names[i] = literal(m.Name)
 	}
-	in := strings.Join(names, ", ")
-	return exec(ctx, conn,
-		fmt.Sprintf("DELETE FROM lakeflow.gold_pending WHERE mart IN (%s)", in),
-		fmt.Sprintf("UPDATE lakeflow.gold_marts SET refreshed_at = now(), refreshed_batch = %d WHERE mart IN (%s)", batch, in))
+	return strings.Join(names, ", ")
 }
 
 // RefreshDue refreshes the marts refreshed at an interval whose interval

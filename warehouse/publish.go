@@ -204,9 +204,7 @@ func copyMarts(ctx context.Context, conn *sql.Conn, marts []*mart) error {
 		return nil
 	}
 	stmts := []string{"BEGIN TRANSACTION"}
-	names := make([]string, len(marts))
 	for i, m := range marts {
-		names[i] = literal(m.Name)
 		dst := "lakeflow_publish." + m.table()
 		where := ""
 		if m.Grain != gold.Full {
@@ -214,7 +212,7 @@ func copyMarts(ctx context.Context, conn *sql.Conn, marts []*mart) error {
 		}
 		stmts = append(stmts, "DELETE FROM "+dst+where, fmt.Sprintf("INSERT INTO %s SELECT * FROM %s%s", dst, m.table(), where))
 	}
-	in := strings.Join(names, ", ")
+	in := martNames(marts)
 	stmts = append(stmts,
 		fmt.Sprintf("DELETE FROM lakeflow_publish.lakeflow.gold_pending WHERE mart IN (%s)", in),
 		fmt.Sprintf(`UPDATE lakeflow_publish.lakeflow.gold_marts AS p SET refreshed_at = l.refreshed_at, refreshed_batch = l.refreshed_batch
