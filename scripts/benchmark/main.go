@@ -103,6 +103,14 @@ type FreshnessResult struct {
 	// CPUSeconds is lakeflow's CPU time over the whole --follow run
 	// (3 s before the load, 7 s after it): what freshness costs.
 	CPUSeconds float64 `json:"cpu_seconds"`
+	// While the load ran: how busy the machine's cores were (a fraction
+	// of all of them), and how many cores lakeflow and everything else
+	// (PostgreSQL, the load, this bench) kept busy. A machine near 1 runs
+	// every batch slower: its statements wait for a core.
+	Cores         int     `json:"cores"`
+	MachineBusy   float64 `json:"machine_busy_fraction"`
+	LakeflowCores float64 `json:"lakeflow_cores"`
+	OtherCores    float64 `json:"other_cores"`
 }
 
 // AsOfResult measures one lakeflow asof (the faster of two): wall time
@@ -434,6 +442,8 @@ func run(events int, out string, keep, quick bool, profileDir, bin string) error
 	}{{"", res.Freshness}, {", synchronous commits", res.FreshnessSync}} {
 		fmt.Printf("  freshness, --follow at %d changes/s%s: source commit → silver p50 %.2f s, p99 %.2f s; → published copy p50 %.2f s, p99 %.2f s (%d changes, %d batches, %.1f s CPU)\n",
 			f.Rate, f.how, f.SilverP50, f.SilverP99, f.PublishedP50, f.PublishedP99, f.Changes, f.Batches, f.CPUSeconds)
+		fmt.Printf("    during the load the machine's %d cores were %.0f%% busy: lakeflow %.2f cores, the rest (PostgreSQL, the load, the bench) %.2f\n",
+			f.Cores, 100*f.MachineBusy, f.LakeflowCores, f.OtherCores)
 	}
 	data, _ := json.MarshalIndent(res, "", "  ")
 	if keep {
@@ -549,8 +559,17 @@ func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn, logName string) (Fr
 	}
 	time.Sleep(3 * time.Second) // streaming
 	t0 := time.Now()
+	busy0, total0 := machineTicks()
+	own0 := processTicks(cmd.Process.Pid)
 	_, err := demo.Workload{Events: steadyRate * steadySeconds, Seed: 43, Rate: steadyRate}.Run(ctx, dsn)
 	r.Seconds = time.Since(t0).Seconds()
+	busy1, total1 := machineTicks()
+	own1 := processTicks(cmd.Process.Pid)
+	if r.Cores = runtime.NumCPU(); total1 > total0 {
+		r.MachineBusy = float64(busy1-busy0) / float64(total1-total0)
+		r.LakeflowCores = float64(own1-own0) / clockTicks / r.Seconds
+		r.OtherCores = r.MachineBusy*float64(r.Cores) - r.LakeflowCores
+	}
 	time.Sleep(7 * time.Second) // the last batches, and a copy published after them
 	cmd.Process.Signal(os.Interrupt)
 	if werr := cmd.Wait(); err == nil && werr != nil {
@@ -620,6 +639,49 @@ func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn, logName string) (Fr
 	r.SilverP50, r.SilverP99 = quantile(silver, .5), quantile(silver, .99)
 	r.PublishedP50, r.PublishedP99 = quantile(pub, .5), quantile(pub, .99)
 	return r, nil
+}
+
+// clockTicks is the unit of the kernel's CPU times in /proc (USER_HZ).
+const clockTicks = 100
+
+// machineTicks reads the time all cores spent busy, and in all, since
+// boot (/proc/stat), in clockTicks; zeros if it cannot.
+func machineTicks() (busy, total uint64) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	// cpu user nice system idle iowait irq softirq steal (guest time is in user)
+	for i, f := range strings.Fields(line)[1:] {
+		v, _ := strconv.ParseUint(f, 10, 64)
+		switch {
+		case i == 3 || i == 4:
+			total += v
+		case i < 8:
+			busy += v
+			total += v
+		}
+	}
+	return busy, total
+}
+
+// processTicks reads a process's CPU time, user and system, from
+// /proc/PID/stat, in clockTicks; 0 if it cannot.
+func processTicks(pid int) uint64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command's name (in parentheses, which may
+	// hold spaces): state is the first, utime the 12th, stime the 13th.
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseUint(f[11], 10, 64)
+	stime, _ := strconv.ParseUint(f[12], 10, 64)
+	return utime + stime
 }
 
 // lakeflowBinary returns bin, or, if it is empty, a build of the working
