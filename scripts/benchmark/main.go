@@ -565,7 +565,7 @@ func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn, logName string) (Fr
 	r.Seconds = time.Since(t0).Seconds()
 	busy1, total1 := machineTicks()
 	own1 := processTicks(cmd.Process.Pid)
-	if r.Cores = runtime.NumCPU(); total1 > total0 {
+	if r.Cores = runtime.NumCPU(); total1 > total0 && own1 >= own0 {
 		r.MachineBusy = float64(busy1-busy0) / float64(total1-total0)
 		r.LakeflowCores = float64(own1-own0) / clockTicks / r.Seconds
 		r.OtherCores = r.MachineBusy*float64(r.Cores) - r.LakeflowCores
