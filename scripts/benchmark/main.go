@@ -559,13 +559,13 @@ func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn, logName string) (Fr
 	}
 	time.Sleep(3 * time.Second) // streaming
 	t0 := time.Now()
-	busy0, total0 := machineTicks()
+	busy0, total0, cores := machineTicks()
 	own0 := processTicks(cmd.Process.Pid)
 	_, err := demo.Workload{Events: steadyRate * steadySeconds, Seed: 43, Rate: steadyRate}.Run(ctx, dsn)
 	r.Seconds = time.Since(t0).Seconds()
-	busy1, total1 := machineTicks()
+	busy1, total1, _ := machineTicks()
 	own1 := processTicks(cmd.Process.Pid)
-	if r.Cores = runtime.NumCPU(); total1 > total0 && own1 >= own0 {
+	if r.Cores = cores; total1 > total0 && own1 >= own0 {
 		r.MachineBusy = float64(busy1-busy0) / float64(total1-total0)
 		r.LakeflowCores = float64(own1-own0) / clockTicks / r.Seconds
 		r.OtherCores = r.MachineBusy*float64(r.Cores) - r.LakeflowCores
@@ -645,13 +645,21 @@ func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn, logName string) (Fr
 const clockTicks = 100
 
 // machineTicks reads the time all cores spent busy, and in all, since
-// boot (/proc/stat), in clockTicks; zeros if it cannot.
-func machineTicks() (busy, total uint64) {
+// boot, in clockTicks, and how many cores that is: /proc/stat, which
+// counts every core of the machine, not only those this process may use
+// (runtime.NumCPU); zeros if it cannot.
+func machineTicks() (busy, total uint64, cores int) {
 	data, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, 0
+		return 0, 0, 0
 	}
-	line, _, _ := strings.Cut(string(data), "\n")
+	lines := strings.Split(string(data), "\n")
+	for _, l := range lines[1:] {
+		if len(l) > 3 && strings.HasPrefix(l, "cpu") && l[3] >= '0' && l[3] <= '9' {
+			cores++
+		}
+	}
+	line := lines[0]
 	// cpu user nice system idle iowait irq softirq steal (guest time is in user)
 	for i, f := range strings.Fields(line)[1:] {
 		v, _ := strconv.ParseUint(f, 10, 64)
@@ -663,7 +671,7 @@ func machineTicks() (busy, total uint64) {
 			total += v
 		}
 	}
-	return busy, total
+	return busy, total, cores
 }
 
 // processTicks reads a process's CPU time, user and system, from
