@@ -36,6 +36,12 @@ type Result struct {
 	LoadSeconds     float64 `json:"load_seconds"`
 	RecvlogicalSecs float64 `json:"pg_recvlogical_seconds"`
 	RecvlogicalRate float64 `json:"pg_recvlogical_changes_per_second"`
+	// While pg_recvlogical drained the WAL: its own CPU, and how many
+	// cores everything else kept busy, PostgreSQL's walsender decoding
+	// the WAL above all. A pipe at the source's rate needs those cores
+	// too, so the rest is what lakeflow may use.
+	RecvlogicalCPU        float64 `json:"pg_recvlogical_cpu_seconds"`
+	RecvlogicalOtherCores float64 `json:"pg_recvlogical_other_cores"`
 	// Plain is lakeflow without contracts or gold marts; Rules with the
 	// demo's contract rules and quarantine; Gold with those, the
 	// customers' history and the demo's gold marts: on the same WAL, each
@@ -45,6 +51,11 @@ type Result struct {
 	Gold       RunResult `json:"lakeflow_with_rules_and_gold"`
 	RulesRatio float64   `json:"rules_rate_ratio"`
 	GoldRatio  float64   `json:"gold_rate_ratio"`
+	// LiveBudget is the CPU lakeflow may spend per event, in µs, to run
+	// with rules, history and gold at 85% of pg_recvlogical's rate: the
+	// machine's cores at that rate, less what the rest (the walsender)
+	// took per change in that run.
+	LiveBudget float64 `json:"live_target_cpu_us_per_event"`
 	// Rates are every run's events per second, per variant.
 	Rates [3][]float64 `json:"rates_plain_rules_gold"`
 	// Backfill is lakeflow backfill --all of the Gold variant's lake.
@@ -88,6 +99,7 @@ type BackfillResult struct {
 	Events  int64   `json:"events"`
 	Seconds float64 `json:"seconds"`
 	Rate    float64 `json:"events_per_second"`
+	CPUSecs float64 `json:"cpu_seconds"`
 }
 
 // FreshnessResult measures run --follow under a steady load.
@@ -134,6 +146,9 @@ type RunResult struct {
 	// Phases sums the warehouse's time per batch phase, in seconds.
 	Phases      map[string]float64 `json:"warehouse_phase_seconds"`
 	Quarantined int64              `json:"quarantined"`
+	// OtherCores is how many cores everything but lakeflow kept busy
+	// while it ran: PostgreSQL's walsender, in a run that reads the WAL.
+	OtherCores float64 `json:"other_cores"`
 }
 
 func main() {
@@ -301,7 +316,7 @@ func run(events int, out string, keep, quick bool, profileDir, bin string) error
 		Scan(&endLSN, &res.WALBytes, &res.PostgresVersion)
 
 	step("pg_recvlogical draining the same changes (pgoutput, to /dev/null)")
-	t0 = time.Now()
+	t0, m := time.Now(), sampleMachine()
 	recv := exec.Command(cl.Bin("pg_recvlogical"), "-d", dsn, "--slot", "bench_recvlogical", "--start",
 		"-o", "proto_version=1", "-o", "publication_names=lakeflow", "--endpos", endLSN, "-f", "/dev/null", "--no-loop")
 	if out, err := recv.CombinedOutput(); err != nil {
@@ -309,6 +324,8 @@ func run(events int, out string, keep, quick bool, profileDir, bin string) error
 	}
 	res.RecvlogicalSecs = time.Since(t0).Seconds()
 	res.RecvlogicalRate = float64(res.Changes) / res.RecvlogicalSecs
+	res.RecvlogicalCPU = (recv.ProcessState.UserTime() + recv.ProcessState.SystemTime()).Seconds()
+	res.RecvlogicalOtherCores = max(m.busyCores()-res.RecvlogicalCPU/res.RecvlogicalSecs, 0)
 	conn.Exec(ctx, "SELECT pg_drop_replication_slot('bench_recvlogical')")
 
 	best := []*RunResult{&res.Plain, &res.Rules, &res.Gold}
@@ -365,6 +382,9 @@ func run(events int, out string, keep, quick bool, profileDir, bin string) error
 	}
 	res.RulesRatio = res.Rules.Rate / res.Plain.Rate
 	res.GoldRatio = res.Gold.Rate / res.Rules.Rate
+	if g := res.Gold; g.Events > 0 {
+		res.LiveBudget = 1e6 * (float64(sampleMachine().cores)/(0.85*res.RecvlogicalRate) - g.OtherCores*g.Seconds/float64(g.Events))
+	}
 	for i := range 2 {
 		step("lakeflow backfill --all of the last run's lake (%d of 2)", i+1)
 		b, err := backfill(bin, cfgFiles[len(cfgFiles)-1], filepath.Join(work, "rebuilt.duckdb"))
@@ -413,19 +433,25 @@ func run(events int, out string, keep, quick bool, profileDir, bin string) error
 	}
 	line := func(name string, r RunResult) {
 		fmt.Printf("  %-22s %.2f s  = %.0f events/s  (%.0f%% of pg_recvlogical; %d lake files, %d quarantined)\n"+
-			"  %-22s peak RSS %.0f MiB, CPU %.1f s (%.1f µs per event); stage %.2f s, decode %.2f s, lake %.2f s, rules %.2f s, history %.2f s, merge %.2f s, gold %.2f s, commit %.2f s\n",
+			"  %-22s peak RSS %.0f MiB, CPU %.1f s (%.1f µs per event; %.2f cores, the rest %.2f); stage %.2f s, decode %.2f s, lake %.2f s, rules %.2f s, history %.2f s, merge %.2f s, gold %.2f s, commit %.2f s\n",
 			name, r.Seconds, r.Rate, 100*r.Rate/res.RecvlogicalRate, r.LakeFiles, r.Quarantined, "",
-			float64(r.PeakRSS)/(1<<20), r.CPUSecs, 1e6*r.CPUSecs/float64(max(r.Events, 1)),
+			float64(r.PeakRSS)/(1<<20), r.CPUSecs, 1e6*r.CPUSecs/float64(max(r.Events, 1)), r.CPUSecs/r.Seconds, r.OtherCores,
 			r.Phases["stage"], r.Phases["decode"], r.Phases["lake"], r.Phases["rules"], r.Phases["history"], r.Phases["merge"], r.Phases["gold"], r.Phases["commit"])
 	}
-	fmt.Printf("lakeflow benchmark (%d CPUs, %s, PostgreSQL %s)\n  source load:           %d changes in %d transactions, %.1f MB of WAL (%.1f s)\n  pg_recvlogical:        %.2f s  = %.0f changes/s   (pgoutput decoding, the source's limit)\n",
+	fmt.Printf("lakeflow benchmark (%d CPUs, %s, PostgreSQL %s)\n  source load:           %d changes in %d transactions, %.1f MB of WAL (%.1f s)\n  pg_recvlogical:        %.2f s  = %.0f changes/s   (pgoutput decoding, the source's limit; %.2f cores, the rest, PostgreSQL's walsender above all, %.2f)\n",
 		res.CPUs, res.GoVersion, res.PostgresVersion, res.Changes, res.Transactions, float64(res.WALBytes)/1e6, res.LoadSeconds,
-		res.RecvlogicalSecs, res.RecvlogicalRate)
+		res.RecvlogicalSecs, res.RecvlogicalRate, res.RecvlogicalCPU/res.RecvlogicalSecs, res.RecvlogicalOtherCores)
 	line("lakeflow run:", res.Plain)
 	line("with contract rules:", res.Rules)
 	line("+ history and gold:", res.Gold)
 	fmt.Printf("  rules on / off:        %.0f%%\n  history and gold on / off: %.0f%% (with rules both; fastest of each; every run, events/s: plain %v, rules %v, gold %v)\n",
 		100*res.RulesRatio, 100*res.GoldRatio, res.Rates[0], res.Rates[1], res.Rates[2])
+	// What each target leaves lakeflow of the machine, per event.
+	cores := float64(sampleMachine().cores)
+	fmt.Printf("  CPU per event the targets allow on %.0f cores, and used: live at 85%% of pg_recvlogical (less the walsender's share) %.1f µs, %.1f used; replay at 4× %.1f µs, %.1f used; backfill at 6× %.1f µs, %.1f used\n",
+		cores, res.LiveBudget, 1e6*res.Gold.CPUSecs/float64(max(res.Gold.Events, 1)),
+		1e6*cores/(4*res.RecvlogicalRate), 1e6*res.Replay.CPUSecs/float64(max(res.Replay.Events, 1)),
+		1e6*cores/(6*res.RecvlogicalRate), 1e6*res.Backfill.CPUSecs/float64(max(res.Backfill.Events, 1)))
 	fmt.Printf("  replay from Kafka:     %.2f s  = %.0f events/s  (a fresh warehouse: silver + history + quarantine + gold; %.1f× pg_recvlogical)\n",
 		res.Replay.Seconds, res.Replay.Rate, res.Replay.Rate/res.RecvlogicalRate)
 	fmt.Printf("  backfill --all:        %.2f s  = %.0f events/s  (lake → silver + history + quarantine + gold; %.1f× pg_recvlogical)\n",
@@ -491,6 +517,7 @@ func backfill(bin, cfgFile, out string) (BackfillResult, error) {
 	r.Events, _ = strconv.ParseInt(string(m[1]), 10, 64)
 	r.Seconds, _ = strconv.ParseFloat(string(m[2]), 64)
 	r.Rate = float64(r.Events) / r.Seconds
+	r.CPUSecs = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
 	return r, nil
 }
 
@@ -558,17 +585,16 @@ func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn, logName string) (Fr
 		return r, err
 	}
 	time.Sleep(3 * time.Second) // streaming
-	t0 := time.Now()
-	busy0, total0, cores := machineTicks()
+	t0, m := time.Now(), sampleMachine()
 	own0 := processTicks(cmd.Process.Pid)
 	_, err := demo.Workload{Events: steadyRate * steadySeconds, Seed: 43, Rate: steadyRate}.Run(ctx, dsn)
 	r.Seconds = time.Since(t0).Seconds()
-	busy1, total1, _ := machineTicks()
+	busy := m.busyCores()
 	own1 := processTicks(cmd.Process.Pid)
-	if r.Cores = cores; total1 > total0 && own1 >= own0 {
-		r.MachineBusy = float64(busy1-busy0) / float64(total1-total0)
+	if r.Cores = m.cores; busy > 0 && own1 >= own0 {
+		r.MachineBusy = busy / float64(r.Cores)
 		r.LakeflowCores = float64(own1-own0) / clockTicks / r.Seconds
-		r.OtherCores = r.MachineBusy*float64(r.Cores) - r.LakeflowCores
+		r.OtherCores = busy - r.LakeflowCores
 	}
 	time.Sleep(7 * time.Second) // the last batches, and a copy published after them
 	cmd.Process.Signal(os.Interrupt)
@@ -644,19 +670,35 @@ func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn, logName string) (Fr
 // clockTicks is the unit of the kernel's CPU times in /proc (USER_HZ).
 const clockTicks = 100
 
-// machineTicks reads the time all cores spent busy, and in all, since
-// boot, in clockTicks, and how many cores that is: /proc/stat, which
-// counts every core of the machine, not only those this process may use
-// (runtime.NumCPU); zeros if it cannot.
-func machineTicks() (busy, total uint64, cores int) {
+// machineSample is the time all the machine's cores had spent busy, and
+// in all, since boot, in clockTicks, and how many cores that is.
+type machineSample struct {
+	busy, total uint64
+	cores       int
+}
+
+// busyCores says how many cores were busy on average since s was taken;
+// 0 if it cannot tell.
+func (s machineSample) busyCores() float64 {
+	now := sampleMachine()
+	if now.total <= s.total {
+		return 0
+	}
+	return float64(now.busy-s.busy) / float64(now.total-s.total) * float64(s.cores)
+}
+
+// sampleMachine reads /proc/stat, which counts every core of the
+// machine, not only those this process may use (runtime.NumCPU); zeros
+// if it cannot.
+func sampleMachine() (s machineSample) {
 	data, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, 0, 0
+		return s
 	}
 	lines := strings.Split(string(data), "\n")
 	for _, l := range lines[1:] {
 		if len(l) > 3 && strings.HasPrefix(l, "cpu") && l[3] >= '0' && l[3] <= '9' {
-			cores++
+			s.cores++
 		}
 	}
 	line := lines[0]
@@ -665,13 +707,13 @@ func machineTicks() (busy, total uint64, cores int) {
 		v, _ := strconv.ParseUint(f, 10, 64)
 		switch {
 		case i == 3 || i == 4:
-			total += v
+			s.total += v
 		case i < 8:
-			busy += v
-			total += v
+			s.busy += v
+			s.total += v
 		}
 	}
-	return busy, total, cores
+	return s
 }
 
 // processTicks reads a process's CPU time, user and system, from
@@ -751,7 +793,7 @@ func quantile(xs []float64, q float64) float64 {
 
 // measure runs `lakeflow run` on a config and fills r.
 func measure(bin, cfgFile string, r *RunResult, flags ...string) error {
-	t0 := time.Now()
+	t0, m := time.Now(), sampleMachine()
 	log, ru, err := runLakeflow(bin, cfgFile, flags...)
 	if err != nil {
 		return err
@@ -759,6 +801,7 @@ func measure(bin, cfgFile string, r *RunResult, flags ...string) error {
 	r.Seconds = time.Since(t0).Seconds()
 	r.PeakRSS = ru.Maxrss * 1024
 	r.CPUSecs = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	r.OtherCores = max(m.busyCores()-r.CPUSecs/r.Seconds, 0)
 	r.Phases = phases(log)
 	if m := regexp.MustCompile(`msg="run complete" events=(\d+) batches=\d+ lake_files=(\d+)`).FindStringSubmatch(log); m != nil {
 		r.Events, _ = strconv.ParseInt(m[1], 10, 64)
