@@ -2,8 +2,13 @@ package warehouse
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
@@ -52,17 +57,83 @@ func TestReplayOfDeletesMatchesTheStream(t *testing.T) {
 	}
 }
 
+// TestReplayTellsApartEventsAtOneOffset: a lake that spans a reset Kafka
+// log holds two events at one partition and offset; the replay judges
+// each by itself, as the stream did, and gives the stream's quarantine
+// and silver.
+func TestReplayTellsApartEventsAtOneOffset(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	rules := `[[rules]]
+name = "named"
+check = "name <> 'bad'"
+`
+	f.withContract(rules)
+	f.apply(f.rec(change.OpCreate, 100, 1, "1", "a", ""), f.rec(change.OpCreate, 100, 2, "2", "bad", ""))
+	f.apply(f.rec(change.OpUpdate, 200, 1, "1", "bad", ""), f.rec(change.OpUpdate, 200, 2, "2", "b", ""))
+	// The second batch's file as a reset log would have written it: its
+	// offsets start again at the first batch's.
+	files, err := filepath.Glob(f.wh.lake.Abs(filepath.Join("acct", "*", "part-*.parquet")))
+	if err != nil || len(files) != 2 {
+		t.Fatalf("lake files %v (%v), want 2", files, err)
+	}
+	slices.Sort(files) // by their first position
+	ctx := context.Background()
+	reset := files[1] + ".reset"
+	meta, err := f.wh.lakeMetadata(ctx, files[1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kv []string
+	for k, v := range meta[files[1]] {
+		kv = append(kv, literal(k)+": "+literal(v))
+	}
+	if _, err := f.wh.conn.ExecContext(ctx, fmt.Sprintf("COPY (SELECT * REPLACE (kafka_offset - 2 AS kafka_offset) FROM read_parquet(%s)) TO %s (FORMAT parquet, KV_METADATA {%s})",
+		literal(files[1]), literal(reset), strings.Join(kv, ", "))); err != nil {
+		t.Fatal(err)
+	}
+	var shared int
+	if err := f.wh.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*) FROM (SELECT 1 FROM read_parquet([%s, %s]) GROUP BY kafka_partition, kafka_offset HAVING count(*) = 2)",
+		literal(files[0]), literal(reset))).Scan(&shared); err != nil || shared != 2 {
+		t.Fatalf("%d offsets held by both files (%v), want 2", shared, err)
+	}
+	if err := os.Rename(files[1]+".reset", files[1]); err != nil {
+		t.Fatal(err)
+	}
+	want := f.silver() + "\n" + f.quarantine()
+	if !strings.HasSuffix(want, `{"id":2} acct.named quarantine; {"id":1} acct.named quarantine`) {
+		t.Fatalf("the stream gave %q, want each bad name held back", want)
+	}
+	for _, chunk := range []int{0, 2} {
+		v := replayView(t, f, chunk, func(v *Warehouse) { (&fixture{t: t, wh: v}).withContract(rules) })
+		r := &fixture{t: t, wh: v}
+		got := r.silver() + "\n" + r.quarantine()
+		v.Close()
+		if got != want {
+			t.Errorf("replay in chunks of %d events gave\n%s\nthe stream:\n%s", chunk, got, want)
+		}
+	}
+}
+
 // replayed is silver.acct rendered as fixture.silver does, rebuilt from
 // f's lake in an in-memory warehouse, in chunks of about chunk events
 // (0: one chunk).
 func replayed(t *testing.T, f *fixture, chunk int) string {
+	t.Helper()
+	v := replayView(t, f, chunk, nil)
+	defer v.Close()
+	return (&fixture{t: t, wh: v}).silver()
+}
+
+// replayView is an in-memory warehouse rebuilt from f's lake, in chunks
+// of about chunk events (0: one chunk), set up first by setup if given.
+func replayView(t *testing.T, f *fixture, chunk int, setup func(*Warehouse)) *Warehouse {
 	t.Helper()
 	ctx := context.Background()
 	v, err := OpenView(ctx, "", config.Warehouse{}, f.wh.lake, slog.New(slog.NewTextHandler(io.Discard, nil)), View{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer v.Close()
 	ls, err := v.ReadLakeState(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -74,8 +145,11 @@ func replayed(t *testing.T, f *fixture, chunk int) string {
 	if chunk == 0 {
 		scope.Upto = &Bound{Seq: ^change.LSN(0)}
 	}
+	if setup != nil {
+		setup(v)
+	}
 	if _, err := v.Replay(ctx, scope); err != nil {
 		t.Fatal(err)
 	}
-	return (&fixture{t: t, wh: v}).silver()
+	return v
 }
