@@ -179,6 +179,11 @@ func runCommand() *cli.Command {
 				if c.Int("demo-events") < 1 {
 					return fmt.Errorf("%w: --demo-events must be at least 1", fault.ErrConfig)
 				}
+				if cfg.Source.DSN != "" {
+					if err := demo.CheckSource(ctx, cfg.Source.DSN); err != nil {
+						return err
+					}
+				}
 				if err := demo.WriteProject(cfg, log); err != nil {
 					return err
 				}

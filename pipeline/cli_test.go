@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/demo"
 	"github.com/lakeflow/lakeflow/pipeline/postgres"
@@ -274,4 +276,46 @@ func TestSecondInterruptStopsAtOnce(t *testing.T) {
 	h.run(t, Options{})
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, demoTables...)
 	assertLakeExactlyOnce(t, h.cfg, demoTables...)
+}
+
+// TestDemoRefusesTablesItDidNotCreate: run --demo on a source database
+// with an orders table of its own stops before it changes anything there
+// (one line naming the table and what to do, exit 2: no demo table, no
+// slot, the table's replica identity untouched); the tables an earlier
+// demo made pass.
+func TestDemoRefusesTablesItDidNotCreate(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, qualified(demoTables)...)
+	if err := applySteps(ctx, h.dsn, [][]string{{"CREATE TABLE orders (id int PRIMARY KEY, amount int)"}}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := lakeflowCmd(t, "--config", h.file, "run", "--demo", "--demo-events", "10")
+	out, _ := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != 2 || strings.Count(string(out), "\n") != 1 || !strings.Contains(string(out), "already has orders, which the demo did not create") {
+		t.Fatalf("run --demo on a database with its own orders: exit %d\n%s", cmd.ProcessState.ExitCode(), out)
+	}
+	conn, err := pgx.Connect(ctx, h.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var identity string
+	var customers *string
+	var slots int
+	if err := conn.QueryRow(ctx, `SELECT (SELECT relreplident::text FROM pg_class WHERE oid = 'orders'::regclass), to_regclass('customers')::text,
+		(SELECT count(*) FROM pg_replication_slots WHERE database = current_database())`).Scan(&identity, &customers, &slots); err != nil {
+		t.Fatal(err)
+	}
+	if identity != "d" || customers != nil || slots != 0 {
+		t.Fatalf("the refused demo changed the source: orders' replica identity %q, customers %v, %d slots", identity, customers, slots)
+	}
+	if _, err := conn.Exec(ctx, "DROP TABLE orders"); err != nil {
+		t.Fatal(err)
+	}
+	if err := demo.Setup(ctx, h.dsn); err != nil {
+		t.Fatal(err)
+	}
+	if err := demo.CheckSource(ctx, h.dsn); err != nil {
+		t.Fatalf("the demo's own tables were refused: %v", err)
+	}
 }

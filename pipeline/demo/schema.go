@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -80,7 +81,41 @@ ALTER TABLE products REPLICA IDENTITY FULL;
 ALTER TABLE orders REPLICA IDENTITY FULL;
 ALTER TABLE order_items REPLICA IDENTITY FULL;
 ALTER TABLE payments REPLICA IDENTITY FULL;
+COMMENT ON TABLE customers IS 'lakeflow demo';
+COMMENT ON TABLE products IS 'lakeflow demo';
+COMMENT ON TABLE orders IS 'lakeflow demo';
+COMMENT ON TABLE order_items IS 'lakeflow demo';
+COMMENT ON TABLE payments IS 'lakeflow demo';
 `
+
+// tables are DDL's tables; each bears the comment "lakeflow demo", by
+// which CheckSource knows them.
+var tables = []string{"customers", "products", "orders", "order_items", "payments"}
+
+// CheckSource refuses a source database that holds a relation of a demo
+// table's name that the demo did not create: Setup would change it (its
+// replica identity) and the workload write into it or fail on it,
+// leaving the source with a slot and publication for a run that never
+// was. A database lakeflow runs itself needs no check.
+func CheckSource(ctx context.Context, dsn string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("%w: demo: connect to source: %v", fault.ErrUnavailable, err)
+	}
+	defer conn.Close(context.Background())
+	rows, _ := conn.Query(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = current_schema() AND c.relname = ANY($1)
+		AND obj_description(c.oid, 'pg_class') IS DISTINCT FROM 'lakeflow demo' ORDER BY 1`, tables)
+	foreign, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("%w: demo: read the source's tables: %v", fault.ErrSource, err)
+	}
+	if len(foreign) > 0 {
+		return fmt.Errorf("%w: demo: the source database (source.dsn) already has %s, which the demo did not create; --demo creates, fills and changes %s: run it on lakeflow's own PostgreSQL (leave source.dsn unset) or on an empty database",
+			fault.ErrConfig, strings.Join(foreign, ", "), strings.Join(tables, ", "))
+	}
+	return nil
+}
 
 // Setup creates the demo schema and, on an empty database, a first
 // catalogue of customers and products (which the initial snapshot picks
