@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -120,10 +121,25 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, log *slog.Logger) (*Cl
 func (c *Cluster) Start(ctx context.Context) error {
 	opts := fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories=''", c.cfg.Port)
 	if err := c.run(ctx, "pg_ctl", "start", "-w", "-t", "60", "-D", c.dataDir(), "-l", c.logFile(), "-o", opts); err != nil {
+		if portTaken(c.cfg.Port) {
+			return fmt.Errorf("%w: source.port %d is already in use on 127.0.0.1: choose a free port, or set source.dsn to use the server that holds it", ErrEnvironment, c.cfg.Port)
+		}
 		return fmt.Errorf("%w: start postgres on 127.0.0.1:%d: %v%s", ErrEnvironment, c.cfg.Port, err, c.logTail())
 	}
 	c.log.Info("postgres started", "dir", c.dataDir(), "port", c.cfg.Port)
 	return nil
+}
+
+// portTaken says whether another process listens on the loopback port
+// (asked once the server failed to start: before, a server a killed
+// lakeflow left running would hold it, and be restarted).
+func portTaken(port int) bool {
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return errors.Is(err, syscall.EADDRINUSE)
+	}
+	l.Close()
+	return false
 }
 
 // FindBinaries returns the directory holding initdb and pg_ctl: from PATH,
