@@ -51,8 +51,8 @@ func newApp() *cli.App {
 		Commands:       []*cli.Command{runCommand(), contractsCommand(), backfillCommand(), asofCommand(), catalogCommand(), checkCommand(), sqlCommand(), statusCommand()},
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError:   usageError,
-		CommandNotFound: func(_ *cli.Context, name string) {
-			fmt.Fprintf(os.Stderr, "lakeflow: unknown command %q (run lakeflow --help)\n", name)
+		CommandNotFound: func(c *cli.Context, name string) {
+			fmt.Fprintf(os.Stderr, "lakeflow: unknown command %q (run %s --help)\n", name, commandPath(c))
 			os.Exit(exitConfig)
 		},
 	}
@@ -222,8 +222,10 @@ func runCommand() *cli.Command {
 
 func contractsCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "contracts",
-		Usage: "data contracts (contracts.dir)",
+		Name:         "contracts",
+		Usage:        "data contracts (contracts.dir)",
+		Flags:        commonFlags(),
+		OnUsageError: usageError,
 		Subcommands: []*cli.Command{{
 			Name:  "init",
 			Usage: "write a contract, from the live source schema, for each captured table that has none",
@@ -251,11 +253,20 @@ func contractsCommand() *cli.Command {
 
 // usageError reports a bad flag in one line instead of the help text.
 func usageError(c *cli.Context, err error, _ bool) error {
-	name := c.App.Name
-	if c.Command != nil && c.Command.FullName() != name {
-		name += " " + c.Command.FullName()
+	return fmt.Errorf("%w: %v (see %s --help)", fault.ErrConfig, err, commandPath(c))
+}
+
+// commandPath names c's command as typed: lakeflow contracts init
+// (urfave/cli's FullName leaves out the parents of a subcommand).
+func commandPath(c *cli.Context) string {
+	var names []string
+	for _, ctx := range c.Lineage() {
+		if ctx.Command != nil && ctx.Command.Name != "" && ctx.Command.Name != c.App.Name &&
+			(len(names) == 0 || names[0] != ctx.Command.Name) {
+			names = append([]string{ctx.Command.Name}, names...)
+		}
 	}
-	return fmt.Errorf("%w: %v (see %s --help)", fault.ErrConfig, err, name)
+	return strings.Join(append([]string{c.App.Name}, names...), " ")
 }
 
 // commonFlags are accepted before the command and after it.

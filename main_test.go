@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/warehouse"
 )
@@ -32,6 +34,31 @@ func TestExitCodes(t *testing.T) {
 	if got := fault.OneLine("Conversion Error: x\n\nLINE 1: SELECT\n   ^"); got != "Conversion Error: x LINE 1: SELECT ^" {
 		t.Errorf("oneLine: %q", got)
 	}
+}
+
+// TestEveryCommandTakesTheCommonFlags: each command, and each parent of
+// subcommands, takes --config before its subcommand and calls an unknown
+// flag a usage error (exit 2, naming the command's help), not a failure.
+func TestEveryCommandTakesTheCommonFlags(t *testing.T) {
+	var walk func(path []string, cmds []*cli.Command)
+	walk = func(path []string, cmds []*cli.Command) {
+		for _, cmd := range cmds {
+			p := append(slices.Clone(path), cmd.Name)
+			err := newApp().Run(append(slices.Concat([]string{"lakeflow"}, p), "--no-such-flag"))
+			if exitCode(err) != exitConfig || !strings.Contains(fmt.Sprint(err), "see lakeflow "+strings.Join(p, " ")+" --help") {
+				t.Errorf("lakeflow %s --no-such-flag: exit %d, %v", strings.Join(p, " "), exitCode(err), err)
+			}
+			if len(cmd.Subcommands) > 0 {
+				sub := cmd.Subcommands[0].Name
+				err := newApp().Run(slices.Concat([]string{"lakeflow"}, p, []string{"--config", "/nonexistent/lakeflow.toml", sub}))
+				if !strings.Contains(fmt.Sprint(err), "/nonexistent/lakeflow.toml") {
+					t.Errorf("lakeflow %s --config F %s did not read F: %v", strings.Join(p, " "), sub, err)
+				}
+				walk(p, cmd.Subcommands)
+			}
+		}
+	}
+	walk(nil, newApp().Commands)
 }
 
 func TestPrintResult(t *testing.T) {
