@@ -50,6 +50,7 @@ func TestMalformedContractsAreRefused(t *testing.T) {
 		"aggregate":      {head + "[[rules]]\nname = \"r\"\ncheck = \"sum(v) > 0\"\n", "aggregate sum() is not allowed"},
 		"bad action":     {head + "[[rules]]\nname = \"r\"\ncheck = \"v > 0\"\naction = \"drop\"\n", "action \"drop\""},
 		"unknown key":    {head + "[[rules]]\nname = \"r\"\nchek = \"v > 0\"\n", "t.toml:11: unknown key rules.chek"},
+		"wrong type":     {"table = \"public.t\"\nkey = \"id\"\n", "t.toml:2: key: a TOML string where a list of strings is wanted"},
 		"missing target": {head + "[[rules]]\nname = \"r\"\nreferences = \"public.u\"\non = { id = \"id\" }\n", "references public.u, which has no contract"},
 	} {
 		dir := t.TempDir()

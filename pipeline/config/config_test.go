@@ -55,7 +55,8 @@ func TestRejectsWhatItCannotUse(t *testing.T) {
 	}{
 		{body: "[source]\nslots = \"x\"\n", want: []string{"unknown key source.slots"}},
 		{body: "colour = 1\n[kafka]\nbroker = []\n", want: []string{"colour", "kafka.broker"}},
-		{body: "[pipeline]\nbatch_events = \"many\"\n", want: []string{"line 2"}},
+		{body: "[pipeline]\nbatch_events = \"many\"\n", want: []string{"line 2", "pipeline.batch_events: a TOML string where an integer is wanted"}},
+		{body: "[source]\ntables = \"public.orders\"\n", want: []string{"line 2", "source.tables: a TOML string where a list of strings is wanted"}},
 		{body: "[pipeline]\nbatch_events = 0\nbatch_interval = \"soon\"\nbatch_bytes = \"lots\"\n",
 			want: []string{"pipeline.batch_events", "pipeline.batch_interval", "pipeline.batch_bytes"}},
 		{body: "[source]\ntables = []\nslot = \"Bad-Slot\"\n", want: []string{"source.tables", "source.slot"}},

@@ -132,9 +132,45 @@ func decode(data []byte, f *file) error {
 	var de *toml.DecodeError
 	if errors.As(err, &de) {
 		row, col := de.Position()
-		return fmt.Errorf("line %d column %d: %s", row, col, de.Error())
+		return fmt.Errorf("line %d column %d: %s", row, col, decodeProblem(de))
 	}
 	return err
+}
+
+// mismatchRe reads go-toml's message for a value of the wrong type, which
+// names the Go field ("struct field config.pipelineFile.BatchEvents of
+// type int") rather than the key.
+var mismatchRe = regexp.MustCompile(`^toml: cannot decode TOML (\w+) into struct field \S+ of type (\S+)$`)
+
+// wanted says in TOML's words what a Go type takes.
+func wanted(goType string) string {
+	switch {
+	case goType == "string":
+		return "a string"
+	case goType == "bool":
+		return "true or false"
+	case strings.HasPrefix(goType, "int") || strings.HasPrefix(goType, "uint"):
+		return "an integer"
+	case strings.HasPrefix(goType, "float"):
+		return "a number"
+	case goType == "[]string":
+		return "a list of strings"
+	case strings.HasPrefix(goType, "[]"):
+		return "a list of tables"
+	case strings.HasPrefix(goType, "map["):
+		return "a table"
+	}
+	return "a table" // a struct: a [section]
+}
+
+// decodeProblem is a decoding error as the key it concerns and what that
+// key takes, when it is a value of the wrong type; else go-toml's text.
+func decodeProblem(de *toml.DecodeError) string {
+	key := strings.Join(de.Key(), ".")
+	if m := mismatchRe.FindStringSubmatch(de.Error()); m != nil && key != "" {
+		return fmt.Sprintf("%s: a TOML %s where %s is wanted", key, m[1], wanted(m[2]))
+	}
+	return de.Error()
 }
 
 var (
@@ -321,7 +357,7 @@ func DecodeStrict(path string, data []byte, v any) error {
 	var de *toml.DecodeError
 	if errors.As(err, &de) {
 		row, _ := de.Position()
-		return fmt.Errorf("%s:%d: %s", path, row, de.Error())
+		return fmt.Errorf("%s:%d: %s", path, row, decodeProblem(de))
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %v", path, err)
