@@ -367,7 +367,15 @@ func (a *AsOf) resolve(ctx context.Context, p position, ls warehouse.LakeState) 
 		return fmt.Errorf("%w: %s (_cdc_seq %d) is before the lake's first event (%s, committed %s): nothing was captured yet", fault.ErrConfig,
 			a.Bound.Seq, uint64(a.Bound.Seq), first.Seq, first.Commit.Format(time.RFC3339Nano))
 	}
-	a.After = a.Bound.Seq > last.Seq
+	if a.Bound.Seq > last.Seq {
+		// A batch's position is its commit's end, past its last event:
+		// up to the newest batch's, a position is one the lake records.
+		bs, err := a.BatchPositions(ctx, 1, 0)
+		if err != nil {
+			return err
+		}
+		a.After = len(bs) == 0 || a.Bound.Seq > bs[0].Seq
+	}
 	return nil
 }
 

@@ -218,6 +218,13 @@ func assertAsOfPositions(t *testing.T, ctx context.Context, h *harness, moments 
 	if a := bound(fmt.Sprintf("batch:%d", bs[1].Batch)); a.Bound.Seq != bs[1].Seq {
 		t.Errorf("asof batch:%d is as of %s, want %s", bs[1].Batch, a.Bound.Seq, bs[1].Seq)
 	}
+	// The newest batch ends past its last event (its commit's end): as a
+	// batch and as an LSN, a position the lake records, not one after it.
+	for _, pos := range []string{fmt.Sprintf("batch:%d", bs[0].Batch), bs[0].Seq.String()} {
+		if a := bound(pos); a.After || a.Bound.Seq != bs[0].Seq {
+			t.Errorf("asof %s (the newest batch) is as of %s, after the lake's last event: %v; want %s, not after", pos, a.Bound.Seq, a.After, bs[0].Seq)
+		}
+	}
 	// After the last event: said, and the latest state.
 	if a := bound((last.lsn + 1<<30).String()); !a.After {
 		t.Error("a position after the lake's last event is not said to be")
