@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -287,5 +288,54 @@ func TestOnlineRetypeWithoutTheContractStops(t *testing.T) {
 	if !errors.Is(err, fault.ErrSchemaBreak) || !strings.Contains(err.Error(), `column b now follows c`) ||
 		!strings.Contains(err.Error(), `list b in contracts/t.toml (lakeflow contracts init --table public.t writes it) with renamed_from = its old name ("b_new" is gone)`) {
 		t.Fatalf("want a stop whose hint names b_new, got %v", err)
+	}
+}
+
+// TestRulesFollowAnAcceptedRename: a contract that accepts a rename names
+// the column by its new name in its rules (and nullable = false makes one
+// more), and is taken as it stands while silver still has the old name:
+// when the run stopped at the rename, and when the contract accepts a
+// rename not made yet. Its rules judge the changes from before the rename
+// and from after it alike.
+func TestRulesFollowAnAcceptedRename(t *testing.T) {
+	h := newHarness(t, "public.t")
+	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, b int)`, `ALTER TABLE t REPLICA IDENTITY FULL`,
+		`INSERT INTO t SELECT g, g FROM generate_series(1, 10) g`)
+	contract := func(col, from string) {
+		t.Helper()
+		body := fmt.Sprintf("table = \"public.t\"\nkey = [\"id\"]\n[[columns]]\nname = \"id\"\ntype = \"integer\"\n"+
+			"[[columns]]\nname = %q\ntype = \"integer\"\nnullable = false\n%s[[rules]]\nname = \"small\"\ncheck = \"%s < 1000\"\n",
+			col, map[bool]string{true: "renamed_from = \"" + from + "\"\n"}[from != ""], col)
+		if err := os.MkdirAll(h.cfg.Contracts.Dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(h.cfg.Contracts.Dir, "t.toml"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	contract("b", "")
+	h.run(t, Options{})
+	steps := func(steps ...[]string) Options {
+		return Options{Workload: func(ctx context.Context, dsn string) error { return applySteps(ctx, dsn, steps) }}
+	}
+	// The run stops at the rename; the contract then accepts it.
+	err := runWatched(t, h.cfg, steps([]string{`INSERT INTO t VALUES (11, 5000)`}, []string{`ALTER TABLE t RENAME COLUMN b TO bb`},
+		[]string{`INSERT INTO t VALUES (12, 6000)`, `UPDATE t SET bb = bb + 1 WHERE id = 1`}), h.log)
+	if !errors.Is(err, fault.ErrSchemaBreak) {
+		t.Fatalf("want the rename to stop the run, got %v", err)
+	}
+	contract("bb", "b")
+	h.run(t, Options{})
+	// Accepted before it is made, with changes on both sides.
+	contract("c", "bb")
+	h.run(t, steps([]string{`INSERT INTO t VALUES (13, 7000)`, `UPDATE t SET bb = bb + 1 WHERE id = 2`}, []string{`ALTER TABLE t RENAME COLUMN bb TO c`},
+		[]string{`INSERT INTO t VALUES (14, 8000)`, `UPDATE t SET c = c + 1 WHERE id = 3`}))
+	assertSilverEqualsSourceExcept(t, h.dsn, h.cfg.Warehouse.Path, map[string]string{"t": "id > 10"}, "public.t")
+	db := openDuck(t, h.cfg.Warehouse.Path)
+	defer db.Close()
+	var held string
+	queryRow(t, db, "SELECT string_agg(key->>'id' || ':' || rules[1], ' ' ORDER BY _cdc_seq) FROM lakeflow.quarantine", &held)
+	if held != "11:t.small 12:t.small 13:t.small 14:t.small" {
+		t.Fatalf("quarantined %q, want each of 11 to 14 for rule t.small", held)
 	}
 }

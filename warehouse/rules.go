@@ -59,7 +59,7 @@ func (w *Warehouse) checkRules(ctx context.Context, t *table) error {
 	cols := make([]string, len(t.schema.Columns))
 	names := make([]string, len(t.schema.Columns))
 	for i, col := range t.schema.Columns {
-		cols[i] = fmt.Sprintf("CAST(NULL AS %s) AS %s", duckType(col.Type).duck, ident(col.Name))
+		cols[i] = fmt.Sprintf("CAST(NULL AS %s) AS %s", duckType(col.Type).duck, ident(t.contractName(col.Name)))
 		names[i] = col.Name
 	}
 	has := func(tb *change.Table, col string) bool { return tb.Column(col) >= 0 }
@@ -75,10 +75,10 @@ func (w *Warehouse) checkRules(ctx context.Context, t *table) error {
 		}
 		u := w.tables[r.References.Table.String()]
 		for _, pair := range r.References.Columns {
-			if !has(t.schema, pair[0]) {
+			if !has(t.schema, t.named(pair[0])) {
 				problems = append(problems, fmt.Sprintf("rule %s: %s has no column %s", r.Name, t.schema.ID(), pair[0]))
 			}
-			if u != nil && !has(u.schema, pair[1]) {
+			if u != nil && !has(u.schema, u.named(pair[1])) {
 				problems = append(problems, fmt.Sprintf("rule %s: %s has no column %s", r.Name, u.schema.ID(), pair[1]))
 			}
 		}
@@ -315,7 +315,7 @@ func rowRulesSQL(t *table) string {
 	}
 	cols := make([]string, len(t.schema.Columns))
 	for i, c := range t.schema.Columns {
-		cols[i] = columnValue(c, "s.after") + " AS " + ident(c.Name)
+		cols[i] = columnValue(c, "s.after") + " AS " + ident(t.contractName(c.Name))
 	}
 	// Most changes pass every rule: the list of the rules a change fails
 	// is built for the others only.
@@ -339,11 +339,11 @@ func referenceSQL(t, u *table, r contracts.Rule, uTouched bool, uRows rowsInfo) 
 	var evCols, refCols, refKeys, on, silverOn, notNull []string
 	for i, pair := range r.References.Columns {
 		k := fmt.Sprintf("k%d", i)
-		evCols = append(evCols, fmt.Sprintf("after.%s AS %s", ident(pair[0]), k))
-		refCols = append(refCols, fmt.Sprintf("after.%s AS %s", ident(pair[1]), k))
+		evCols = append(evCols, fmt.Sprintf("after.%s AS %s", ident(t.named(pair[0])), k))
+		refCols = append(refCols, fmt.Sprintf("after.%s AS %s", ident(u.named(pair[1])), k))
 		refKeys = append(refKeys, k)
 		on = append(on, fmt.Sprintf("ref.%s = ev.%s", k, k))
-		silverOn = append(silverOn, fmt.Sprintf("s.%s = ev.%s", ident(pair[1]), k))
+		silverOn = append(silverOn, fmt.Sprintf("s.%s = ev.%s", ident(u.named(pair[1])), k))
 		notNull = append(notNull, "ev."+k+" IS NOT NULL")
 	}
 	silver := fmt.Sprintf("EXISTS (SELECT 1 FROM silver.%s s WHERE %s AND NOT s._deleted)", ident(u.schema.Name), strings.Join(silverOn, " AND "))

@@ -602,6 +602,16 @@ func (w *Warehouse) register(topic string, t *change.Table) *table {
 	}
 	rules := w.rulesFor(t)
 	tb := &table{id: id, topic: topic, schema: t, parse: parseSQL(id, topic, t), flat: newFlatDecoder(id, topic, t), rules: rules, history: w.keepsHistory(t)}
+	if c := w.contracts.For(t.Schema, t.Name); c != nil {
+		for _, col := range c.Columns {
+			if col.RenamedFrom != "" && t.Column(col.Name) < 0 && t.Column(col.RenamedFrom) >= 0 {
+				if tb.pending == nil {
+					tb.pending = map[string]string{}
+				}
+				tb.pending[col.Name] = col.RenamedFrom
+			}
+		}
+	}
 	w.tables[t.ID()] = tb
 	w.byTopic[topic] = tb
 	return tb
