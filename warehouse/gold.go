@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/duckdb/duckdb-go/v2"
+
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/sql/gold"
@@ -450,9 +452,31 @@ func (w *Warehouse) recompute(ctx context.Context, conn *sql.Conn, m *mart, touc
 		}
 	}
 	if err := exec(ctx, conn, stmts...); err != nil {
+		if refused(err) {
+			// The mart's SQL bound at start: silver changed under it (a
+			// column renamed or retyped) or holds what it cannot take.
+			return fmt.Errorf("%w: gold.%s (%s) fails on silver as it is now: %w (change the mart's SQL: a mart whose SQL changed is rebuilt whole)", fault.ErrConfig, m.Name, m.File, err)
+		}
 		return fmt.Errorf("refresh gold.%s (%s): %w", m.Name, m.File, err)
 	}
 	return nil
+}
+
+// refused says whether DuckDB refused a statement for its SQL or for the
+// data it read, which are its author's to change, and not for want of
+// memory or disk or for an interrupt.
+func refused(err error) bool {
+	var de *duckdb.Error
+	if !errors.As(err, &de) {
+		return false
+	}
+	switch de.Type {
+	case duckdb.ErrorTypeBinder, duckdb.ErrorTypeCatalog, duckdb.ErrorTypeParser, duckdb.ErrorTypeSyntax,
+		duckdb.ErrorTypeConversion, duckdb.ErrorTypeOutOfRange, duckdb.ErrorTypeDivideByZero, duckdb.ErrorTypeInvalidInput,
+		duckdb.ErrorTypeMismatchType, duckdb.ErrorTypeInvalidType, duckdb.ErrorTypeConstraint:
+		return true
+	}
+	return false
 }
 
 // goldReads lists the tables of the batch that an active mart reads.

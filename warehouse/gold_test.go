@@ -76,6 +76,29 @@ func TestRefreshRewritesTheTouchedPartitionsOnly(t *testing.T) {
 	}
 }
 
+// TestMartThatFailsOnSilverIsTheUsersToFix: a mart whose SQL binds but
+// fails on what silver holds (here a name that is not a number; after a
+// rename, a column silver no longer has) stops the batch as a
+// configuration error naming the mart's file, not as lakeflow's failure.
+func TestMartThatFailsOnSilverIsTheUsersToFix(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	const asNumber = `-- grain: name
+-- touched by silver.acct: name
+SELECT name, CAST(name AS INTEGER) AS n
+FROM silver.acct
+WHERE NOT _deleted AND name IN (SELECT grain FROM lakeflow_refresh)
+`
+	if err := f.marts(map[string]string{"as_number.sql": asNumber}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.apply(f.rec(change.OpCreate, 100, 1, "1", "7", ""))
+	_, err := f.wh.Apply(context.Background(), batch(f.rec(change.OpCreate, 200, 1, "2", "seven", "")))
+	if !errors.Is(err, fault.ErrConfig) || !strings.Contains(err.Error(), "gold/as_number.sql") || !strings.Contains(err.Error(), "seven") {
+		t.Fatalf("got %v, want a configuration error naming gold/as_number.sql and the value", err)
+	}
+}
+
 // TestManualAndIntervalMartsWait: a manual mart is refreshed only when
 // asked; its touched partitions wait in lakeflow.gold_pending.
 func TestManualAndIntervalMartsWait(t *testing.T) {
