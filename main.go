@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -213,7 +214,7 @@ func runCommand() *cli.Command {
 				return err
 			}
 			if c.Bool("demo") && ctx.Err() == nil {
-				demo.PrintNextSteps(os.Stdout, cfg)
+				demo.PrintNextSteps(os.Stdout, cfg, invocation())
 			}
 			return nil
 		},
@@ -267,6 +268,15 @@ func commandPath(c *cli.Context) string {
 		}
 	}
 	return strings.Join(append([]string{c.App.Name}, names...), " ")
+}
+
+// invocation is how to run lakeflow again as this process was run: go
+// run builds it into a temporary directory the next command cannot reuse.
+func invocation() string {
+	if strings.Contains(os.Args[0], string(filepath.Separator)+"go-build") {
+		return "go run ."
+	}
+	return os.Args[0]
 }
 
 // commonFlags are accepted before the command and after it.

@@ -107,8 +107,8 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 	if strings.Contains(string(out), "keeping the embedded cluster elsewhere") {
 		t.Fatalf("the cluster did not stay in data_dir:\n%s", out)
 	}
-	if !strings.Contains(string(out), "The demo is in") {
-		t.Fatalf("no next steps printed:\n%s", out)
+	if !strings.Contains(string(out), "The demo is in") || !strings.Contains(string(out), "  "+cmd.Args[0]+" asof --list\n") {
+		t.Fatalf("no next steps printed, or not with the command that ran (%s):\n%s", cmd.Args[0], out)
 	}
 	cfg, err := config.Load(file, nil)
 	if err != nil {

@@ -150,21 +150,22 @@ func Setup(ctx context.Context, dsn string) error {
 	return nil
 }
 
-// PrintNextSteps tells the user where the results are.
-func PrintNextSteps(w io.Writer, cfg *config.Config) {
+// PrintNextSteps tells the user where the results are; self is how to
+// run lakeflow again (go run ., ./lakeflow, lakeflow).
+func PrintNextSteps(w io.Writer, cfg *config.Config, self string) {
 	fmt.Fprintf(w, `
 The demo is in:
-  warehouse  %s
-  lake       %s
+  warehouse  %[2]s
+  lake       %[3]s
 
-Query it (also while lakeflow run --follow runs):
-  lakeflow sql "SELECT status, count(*), sum(total_cents) FROM silver.orders WHERE NOT _deleted GROUP BY ALL ORDER BY 2 DESC"
-or with any DuckDB client:
-  duckdb -readonly %s "SELECT * FROM gold.daily_revenue ORDER BY order_date DESC LIMIT 7"
+Query it (also while %[1]s run --follow runs):
+  %[1]s sql "SELECT status, count(*), sum(total_cents) FROM silver.orders WHERE NOT _deleted GROUP BY ALL ORDER BY 2 DESC"
 the lake directly:
-  duckdb -c "SELECT op, count(*) FROM read_parquet('%s') GROUP BY op"
+  %[1]s sql "SELECT op, count(*) FROM read_parquet('%[4]s', union_by_name = true) GROUP BY op"
+or with any DuckDB client, such as the duckdb CLI:
+  duckdb -readonly %[2]s "SELECT * FROM gold.daily_revenue ORDER BY order_date DESC LIMIT 7"
 or the data as it was at any point of the log, and what is wrong with it:
-  lakeflow asof --list
-  lakeflow check
-`, cfg.Warehouse.Path, cfg.Lake.Dir, cfg.Warehouse.Path, filepath.Join(cfg.Lake.Dir, "orders", "*", "*.parquet"))
+  %[1]s asof --list
+  %[1]s check
+`, self, cfg.Warehouse.Path, cfg.Lake.Dir, filepath.Join(cfg.Lake.Dir, "orders", "*", "*.parquet"))
 }
