@@ -320,7 +320,7 @@ func (a *AsOf) resolve(ctx context.Context, p position, ls warehouse.LakeState) 
 			return err
 		}
 		if len(bs) == 0 {
-			return fmt.Errorf("%w: no lake file names batch %d (lakeflow asof --list shows the recorded batches)", fault.ErrConfig, p.batch)
+			return fmt.Errorf("%w: no lake file names batch %d: a batch that applied no events writes none, and holds the state of the batch before it (lakeflow asof --list shows the batches the lake names; lakeflow status, the published batch's LSN, which asof takes)", fault.ErrConfig, p.batch)
 		}
 		a.Bound.Seq = bs[0].Seq
 	case p.kafka != nil:
