@@ -98,3 +98,18 @@ func TestFlagsAfterTheArgument(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryErrorsInTheUsersTerms: a statement that does not read is named
+// so; DuckDB's excerpt of the wrapped statement is left out.
+func TestQueryErrorsInTheUsersTerms(t *testing.T) {
+	for q, want := range map[string]string{
+		"create table x(a int)":              "only queries that read run here (SELECT, WITH, FROM, VALUES …), not CREATE",
+		"  -- note\n (DELETE FROM silver.t)": "not DELETE",
+		"SELECT nope FROM silver.t":          `configuration: Binder Error: column "nope" not found Candidate bindings: "id"`,
+	} {
+		err := queryError(q, errors.New("Binder Error: column \"nope\" not found\nCandidate bindings: \"id\"\n\nLINE 1: SELECT COLUMNS(*)::VARCHAR FROM (SELECT nope"))
+		if got := fault.OneLine(err.Error()); !errors.Is(err, fault.ErrConfig) || !strings.Contains(got, want) || strings.Contains(got, "COLUMNS(*)") {
+			t.Errorf("queryError(%q) = %q, want a configuration error saying %q", q, got, want)
+		}
+	}
+}

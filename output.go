@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -59,15 +60,36 @@ func printQuery(c *cli.Context, db querier, q string) error {
 	if format == "csv" {
 		err := db.CSV(c.Context, q, os.Stdout)
 		if err != nil && !errors.Is(err, fault.ErrEnvironment) {
-			err = fmt.Errorf("%w: %v", fault.ErrConfig, err)
+			err = queryError(q, err)
 		}
 		return err
 	}
 	res, err := db.Query(c.Context, q, format == "json")
 	if err != nil {
-		return fmt.Errorf("%w: %v", fault.ErrConfig, err)
+		return queryError(q, err)
 	}
 	return printResult(os.Stdout, res, format)
+}
+
+// readers are the words a query that reads starts with.
+var readers = []string{"SELECT", "WITH", "FROM", "VALUES", "TABLE", "DESCRIBE", "SHOW", "SUMMARIZE", "PIVOT", "UNPIVOT"}
+
+// queryError is a query's failure in the user's terms: a statement that
+// does not read is named as such, and DuckDB's excerpt of the statement
+// (which shows the SELECT the query is wrapped in, not the query) left
+// out.
+func queryError(q string, err error) error {
+	rest := strings.TrimLeft(q, " \t\r\n(")
+	for strings.HasPrefix(rest, "--") {
+		_, rest, _ = strings.Cut(rest, "\n")
+		rest = strings.TrimLeft(rest, " \t\r\n(")
+	}
+	word := strings.ToUpper(strings.TrimRight(strings.Fields(rest + " ;")[0], ";"))
+	if word != "" && !slices.Contains(readers, word) {
+		return fmt.Errorf("%w: only queries that read run here (%s …), not %s", fault.ErrConfig, strings.Join(readers[:4], ", "), word)
+	}
+	msg, _, _ := strings.Cut(err.Error(), "\nLINE ")
+	return fmt.Errorf("%w: %s", fault.ErrConfig, strings.TrimSpace(msg))
 }
 
 // printResult prints a query result: aligned text (NULL shown as NULL),
