@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakeflow/lakeflow/pipeline"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/warehouse"
 )
@@ -110,6 +111,22 @@ func TestQueryErrorsInTheUsersTerms(t *testing.T) {
 		err := queryError(q, errors.New("Binder Error: column \"nope\" not found\nCandidate bindings: \"id\"\n\nLINE 1: SELECT COLUMNS(*)::VARCHAR FROM (SELECT nope"))
 		if got := fault.OneLine(err.Error()); !errors.Is(err, fault.ErrConfig) || !strings.Contains(got, want) || strings.Contains(got, "COLUMNS(*)") {
 			t.Errorf("queryError(%q) = %q, want a configuration error saying %q", q, got, want)
+		}
+	}
+}
+
+// TestStatusListsTheRulesThatHeldMostFirst: the quarantine line names the
+// rules by how much they held back, and nothing when nothing is held.
+func TestStatusListsTheRulesThatHeldMostFirst(t *testing.T) {
+	for want, held := range map[string]pipeline.HeldStatus{
+		"quarantined   9 (public.b.y 5, public.a.x 2, public.c.z 2); dead letters 1\n": {Quarantined: 9, Dead: 1,
+			TopRules: map[string]int64{"public.a.x": 2, "public.b.y": 5, "public.c.z": 2}},
+		"quarantined   0; dead letters 0\n": {},
+	} {
+		var out strings.Builder
+		printStatus(&out, &pipeline.StatusReport{Held: held})
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status printed\n%s\nwant the line %q", out.String(), want)
 		}
 	}
 }

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
+	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -36,15 +39,14 @@ func statusCommand() *cli.Command {
 			if c.Bool("json") {
 				return printJSON(r)
 			}
-			printStatus(r)
+			printStatus(os.Stdout, r)
 			return nil
 		},
 	}
 }
 
 // printStatus prints the report for a person, one fact a line.
-func printStatus(r *pipeline.StatusReport) {
-	w := os.Stdout
+func printStatus(w io.Writer, r *pipeline.StatusReport) {
 	if p := r.Published; p != nil {
 		fmt.Fprintf(w, "published     batch %d, as of %s (committed %s), %s old\n", p.Batch, p.LSN, p.CommitTime.Format(time.RFC3339), ago(p.AgeSeconds))
 	}
@@ -69,12 +71,20 @@ func printStatus(r *pipeline.StatusReport) {
 		}
 		fmt.Fprintf(w, "freshness     %s: newest change %s old%s\n", d.Dataset, ago(d.AgeSeconds), mark)
 	}
-	rules := make([]string, 0, len(r.Held.TopRules))
-	for rule, n := range r.Held.TopRules {
-		rules = append(rules, fmt.Sprintf("%s %d", rule, n))
+	// The rules that held back most first.
+	names := slices.Collect(maps.Keys(r.Held.TopRules))
+	slices.SortFunc(names, func(a, b string) int {
+		return cmp.Or(cmp.Compare(r.Held.TopRules[b], r.Held.TopRules[a]), cmp.Compare(a, b))
+	})
+	held := fmt.Sprint(r.Held.Quarantined)
+	if len(names) > 0 {
+		rules := make([]string, len(names))
+		for i, rule := range names {
+			rules[i] = fmt.Sprintf("%s %d", rule, r.Held.TopRules[rule])
+		}
+		held += " (" + strings.Join(rules, ", ") + ")"
 	}
-	slices.Sort(rules)
-	fmt.Fprintf(w, "quarantined   %d (%s); dead letters %d\n", r.Held.Quarantined, strings.Join(rules, ", "), r.Held.Dead)
+	fmt.Fprintf(w, "quarantined   %s; dead letters %d\n", held, r.Held.Dead)
 	tables := make([]string, 0, len(r.Lake))
 	for t := range r.Lake {
 		tables = append(tables, t)
