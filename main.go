@@ -165,6 +165,9 @@ func runCommand() *cli.Command {
 			if c.NArg() > 0 {
 				return fmt.Errorf("%w: run takes no arguments (got %q)", fault.ErrConfig, c.Args().First())
 			}
+			if c.IsSet("demo-events") && !c.Bool("demo") {
+				return fmt.Errorf("%w: --demo-events sizes the demo's workload: add --demo, or leave it out", fault.ErrConfig)
+			}
 			cfg, log, err := setup(c)
 			if err != nil {
 				return err
