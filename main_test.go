@@ -60,6 +60,10 @@ func TestEveryCommandTakesTheCommonFlags(t *testing.T) {
 		}
 	}
 	walk(nil, newApp().Commands)
+}
+
+// TestDemoEventsNeedsTheDemo: a flag that would do nothing is refused.
+func TestDemoEventsNeedsTheDemo(t *testing.T) {
 	if err := newApp().Run([]string{"lakeflow", "run", "--demo-events", "100"}); exitCode(err) != exitConfig || !strings.Contains(fmt.Sprint(err), "add --demo") {
 		t.Errorf("run --demo-events without --demo: exit %d, %v", exitCode(err), err)
 	}
