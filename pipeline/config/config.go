@@ -166,10 +166,17 @@ func Load(path string, environ []string) (*Config, error) {
 	default:
 		return nil, fmt.Errorf("%w: read config: %v", fault.ErrConfig, err)
 	}
-	if err := applyEnv(&f, environ); err != nil {
+	fromEnv, err := applyEnv(&f, environ)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %v", fault.ErrConfig, err)
 	}
 	cfg, problems := f.resolve(base)
+	for i, p := range problems {
+		key, _, _ := strings.Cut(p, ":")
+		if name, ok := fromEnv[key]; ok {
+			problems[i] += " (set by " + name + ")"
+		}
+	}
 	if len(problems) > 0 {
 		where := "built-in defaults"
 		if used != "" {

@@ -65,6 +65,7 @@ func TestRejectsWhatItCannotUse(t *testing.T) {
 		{body: "[warehouse]\nthreads = -1\n", want: []string{"warehouse.threads"}},
 		{body: "", env: []string{"LAKEFLOW_SOURCE_DSNN=x"}, want: []string{"LAKEFLOW_SOURCE_DSNN names no config key"}},
 		{body: "", env: []string{"LAKEFLOW_KAFKA_PARTITIONS=two"}, want: []string{"LAKEFLOW_KAFKA_PARTITIONS", "not an integer"}},
+		{body: "", env: []string{"LAKEFLOW_WAREHOUSE_PUBLISH_INTERVAL=1x"}, want: []string{"warehouse.publish_interval", "(set by LAKEFLOW_WAREHOUSE_PUBLISH_INTERVAL)"}},
 	} {
 		_, err := Load(write(t, tc.body), tc.env)
 		if !errors.Is(err, fault.ErrConfig) {

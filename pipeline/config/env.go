@@ -11,11 +11,13 @@ import (
 const envPrefix = "LAKEFLOW_"
 
 // applyEnv overrides file values with LAKEFLOW_<SECTION>_<KEY> variables
-// (LAKEFLOW_DATA_DIR for top-level keys). Lists are comma-separated. A
-// LAKEFLOW_ variable that names no key is an error: a typo must not be
-// silently ignored.
-func applyEnv(f *file, environ []string) error {
-	fields := envFields(reflect.ValueOf(f).Elem(), "")
+// (LAKEFLOW_DATA_DIR for top-level keys), and returns which variable set
+// each key it set (section.key), for problems to name. Lists are
+// comma-separated. A LAKEFLOW_ variable that names no key is an error: a
+// typo must not be silently ignored.
+func applyEnv(f *file, environ []string) (map[string]string, error) {
+	fields := envFields(reflect.ValueOf(f).Elem(), "", "")
+	set := map[string]string{}
 	var problems []string
 	for _, kv := range environ {
 		name, val, _ := strings.Cut(kv, "=")
@@ -27,30 +29,38 @@ func applyEnv(f *file, environ []string) error {
 			problems = append(problems, fmt.Sprintf("%s names no config key", name))
 			continue
 		}
-		if err := setField(field, val); err != nil {
+		if err := setField(field.value, val); err != nil {
 			problems = append(problems, fmt.Sprintf("%s: %v", name, err))
 		}
+		set[field.key] = name
 	}
 	if len(problems) > 0 {
 		sort.Strings(problems)
-		return fmt.Errorf("%s", strings.Join(problems, "; "))
+		return nil, fmt.Errorf("%s", strings.Join(problems, "; "))
 	}
-	return nil
+	return set, nil
+}
+
+// envField is a settable field and its key (section.key).
+type envField struct {
+	value reflect.Value
+	key   string
 }
 
 // envFields maps SECTION_KEY (upper case) to the settable field.
-func envFields(v reflect.Value, prefix string) map[string]reflect.Value {
-	out := map[string]reflect.Value{}
+func envFields(v reflect.Value, prefix, section string) map[string]envField {
+	out := map[string]envField{}
 	t := v.Type()
 	for i := 0; i < t.NumField(); i++ {
-		key := strings.ToUpper(t.Field(i).Tag.Get("toml"))
+		tag := t.Field(i).Tag.Get("toml")
+		key := strings.ToUpper(tag)
 		if t.Field(i).Type.Kind() == reflect.Struct {
-			for k, f := range envFields(v.Field(i), prefix+key+"_") {
+			for k, f := range envFields(v.Field(i), prefix+key+"_", section+tag+".") {
 				out[k] = f
 			}
 			continue
 		}
-		out[prefix+key] = v.Field(i)
+		out[prefix+key] = envField{v.Field(i), section + tag}
 	}
 	return out
 }
