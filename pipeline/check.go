@@ -258,7 +258,8 @@ func (r *CheckReport) checkData(ctx context.Context, cfg *config.Config, set con
 			if rule.References == nil || schemas[rule.References.Table.String()] == nil {
 				continue
 			}
-			if err := r.population(ctx, view, PartData, rule.Name, "error", id, existenceSQL(t, schemas[rule.References.Table.String()], rule),
+			u := rule.References.Table.String()
+			if err := r.population(ctx, view, PartData, rule.Name, "error", id, existenceSQL(t, schemas[u], rule, c.Pending(t), set[u].Pending(schemas[u])),
 				"rows whose referenced row does not exist (or is deleted) now", "find why the referenced rows are gone: lakeflow asof shows when"); err != nil {
 				return err
 			}
@@ -312,16 +313,18 @@ func example(row string) string {
 }
 
 // existenceSQL is an existence rule over the whole of t: its live rows
-// whose referenced row in u is missing or deleted.
-func existenceSQL(t, u *change.Table, rule contracts.Rule) string {
+// whose referenced row in u is missing or deleted. tr and ur are the
+// renames t's and u's contracts accept that silver has not taken yet.
+func existenceSQL(t, u *change.Table, rule contracts.Rule, tr, ur contracts.Renames) string {
 	var keys, on, notNull, detail []string
 	for _, i := range t.KeyColumns() {
 		keys = append(keys, "t."+quoteIdent(t.Columns[i].Name)+"::VARCHAR")
 	}
 	for _, p := range rule.References.Columns {
-		on = append(on, fmt.Sprintf("u.%s = t.%s", quoteIdent(p[1]), quoteIdent(p[0])))
-		notNull = append(notNull, "t."+quoteIdent(p[0])+" IS NOT NULL")
-		detail = append(detail, fmt.Sprintf("'%s = ' || t.%s", strings.ReplaceAll(p[0], "'", "''"), quoteIdent(p[0])))
+		col := quoteIdent(tr.Column(p[0]))
+		on = append(on, fmt.Sprintf("u.%s = t.%s", quoteIdent(ur.Column(p[1])), col))
+		notNull = append(notNull, "t."+col+" IS NOT NULL")
+		detail = append(detail, fmt.Sprintf("'%s = ' || t.%s", strings.ReplaceAll(p[0], "'", "''"), col))
 	}
 	return fmt.Sprintf(`SELECT concat_ws('/', %s) AS key, concat_ws(', ', %s) AS detail FROM silver.%s t
 		WHERE NOT t._deleted AND %s AND NOT EXISTS (SELECT 1 FROM silver.%s u WHERE NOT u._deleted AND %s)`,

@@ -296,7 +296,8 @@ func TestOnlineRetypeWithoutTheContractStops(t *testing.T) {
 // more), and is taken as it stands while silver still has the old name:
 // when the run stopped at the rename, and when the contract accepts a
 // rename not made yet. Its rules judge the changes from before the rename
-// and from after it alike.
+// and from after it alike, and so does a rebuild from the lake alone,
+// whose older versions have neither new name.
 func TestRulesFollowAnAcceptedRename(t *testing.T) {
 	h := newHarness(t, "public.t")
 	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, b int)`, `ALTER TABLE t REPLICA IDENTITY FULL`,
@@ -331,11 +332,70 @@ func TestRulesFollowAnAcceptedRename(t *testing.T) {
 	h.run(t, steps([]string{`INSERT INTO t VALUES (13, 7000)`, `UPDATE t SET bb = bb + 1 WHERE id = 2`}, []string{`ALTER TABLE t RENAME COLUMN bb TO c`},
 		[]string{`INSERT INTO t VALUES (14, 8000)`, `UPDATE t SET c = c + 1 WHERE id = 3`}))
 	assertSilverEqualsSourceExcept(t, h.dsn, h.cfg.Warehouse.Path, map[string]string{"t": "id > 10"}, "public.t")
-	db := openDuck(t, h.cfg.Warehouse.Path)
-	defer db.Close()
-	var held string
-	queryRow(t, db, "SELECT string_agg(key->>'id' || ':' || rules[1], ' ' ORDER BY _cdc_seq) FROM lakeflow.quarantine", &held)
-	if held != "11:t.small 12:t.small 13:t.small 14:t.small" {
-		t.Fatalf("quarantined %q, want each of 11 to 14 for rule t.small", held)
+	// A rebuild from the lake alone replays the versions b, bb and c
+	// under the contract that names c: the same.
+	for _, path := range []string{h.cfg.Warehouse.Path, backfillFromLakeAlone(t, h)} {
+		db := openDuck(t, path)
+		var held string
+		queryRow(t, db, "SELECT string_agg(key->>'id' || ':' || rules[1], ' ' ORDER BY _cdc_seq) FROM lakeflow.quarantine", &held)
+		db.Close()
+		if held != "11:t.small 12:t.small 13:t.small 14:t.small" {
+			t.Fatalf("%s: quarantined %q, want each of 11 to 14 for rule t.small", path, held)
+		}
+	}
+}
+
+// TestReferencesFollowAPendingRename: an existence rule naming the
+// referenced table's column by the new name its contract accepts ahead
+// judges by the old column until the rename, then by the new one; the
+// contracts are taken on every start (whatever order the tables come
+// in), lakeflow check's data check reads the same columns, and a rebuild
+// from the lake alone, after the rename, says the same.
+func TestReferencesFollowAPendingRename(t *testing.T) {
+	h := newHarness(t, "public.p", "public.c")
+	pgtest.Exec(t, h.dsn, `CREATE TABLE p (id int PRIMARY KEY, code int)`, `CREATE TABLE c (id int PRIMARY KEY, pcode int)`,
+		`ALTER TABLE p REPLICA IDENTITY FULL`, `ALTER TABLE c REPLICA IDENTITY FULL`,
+		`INSERT INTO p VALUES (1, 100), (2, 200)`, `INSERT INTO c VALUES (1, 100)`)
+	for name, body := range map[string]string{
+		"p.toml": "table = \"public.p\"\nkey = [\"id\"]\n[[columns]]\nname = \"id\"\ntype = \"integer\"\n" +
+			"[[columns]]\nname = \"code2\"\ntype = \"integer\"\nrenamed_from = \"code\"\n",
+		"c.toml": "table = \"public.c\"\nkey = [\"id\"]\n[[columns]]\nname = \"id\"\ntype = \"integer\"\n[[columns]]\nname = \"pcode\"\ntype = \"integer\"\n" +
+			"[[rules]]\nname = \"p_exists\"\nreferences = \"public.p\"\non = { pcode = \"code2\" }\n",
+	} {
+		if err := os.MkdirAll(h.cfg.Contracts.Dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(h.cfg.Contracts.Dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steps := func(steps ...[]string) Options {
+		return Options{Workload: func(ctx context.Context, dsn string) error { return applySteps(ctx, dsn, steps) }}
+	}
+	h.run(t, steps([]string{`INSERT INTO c VALUES (2, 999), (3, 200)`}))
+	for range 4 {
+		h.run(t, Options{})
+	}
+	if r := check(t, h, PartData); r.Failed() != "" {
+		t.Fatalf("lakeflow check --only data before the rename: %+v", r.Findings)
+	}
+	h.run(t, steps([]string{`ALTER TABLE p RENAME COLUMN code TO code2`},
+		[]string{`INSERT INTO c VALUES (4, 300)`, `INSERT INTO p VALUES (3, 400)`, `INSERT INTO c VALUES (5, 400)`}))
+	assertSilverEqualsSourceExcept(t, h.dsn, h.cfg.Warehouse.Path, map[string]string{"c": "id IN (2, 4)"}, "public.p", "public.c")
+	held := func(path string) string {
+		db := openDuck(t, path)
+		defer db.Close()
+		var keys string
+		queryRow(t, db, "SELECT string_agg(key->>'id', ' ' ORDER BY _cdc_seq) FROM lakeflow.quarantine", &keys)
+		return keys
+	}
+	if got := held(h.cfg.Warehouse.Path); got != "2 4" {
+		t.Fatalf("quarantined c %q, want 2 4", got)
+	}
+	if got := held(backfillFromLakeAlone(t, h)); got != "2 4" {
+		t.Fatalf("rebuilt from the lake, quarantined c %q, want 2 4", got)
+	}
+	if r := check(t, h, PartData); r.Failed() != "" {
+		t.Fatalf("lakeflow check --only data after the rename: %+v", r.Findings)
 	}
 }

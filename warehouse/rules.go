@@ -34,8 +34,12 @@ type rule struct {
 // keeps it from now on (startHistory).
 func (w *Warehouse) SetContracts(ctx context.Context, set contracts.Set) error {
 	w.contracts = set
+	// Every table first: a rule's check reads the table it references as
+	// registered under these contracts.
 	for topic, t := range w.byTopic {
-		t = w.register(topic, t.schema)
+		w.register(topic, t.schema)
+	}
+	for _, t := range w.byTopic {
 		if err := w.checkRules(ctx, t); err != nil {
 			return err
 		}
@@ -59,7 +63,7 @@ func (w *Warehouse) checkRules(ctx context.Context, t *table) error {
 	cols := make([]string, len(t.schema.Columns))
 	names := make([]string, len(t.schema.Columns))
 	for i, col := range t.schema.Columns {
-		cols[i] = fmt.Sprintf("CAST(NULL AS %s) AS %s", duckType(col.Type).duck, ident(t.contractName(col.Name)))
+		cols[i] = fmt.Sprintf("CAST(NULL AS %s) AS %s", duckType(col.Type).duck, ident(t.pending.Contract(col.Name)))
 		names[i] = col.Name
 	}
 	has := func(tb *change.Table, col string) bool { return tb.Column(col) >= 0 }
@@ -75,10 +79,10 @@ func (w *Warehouse) checkRules(ctx context.Context, t *table) error {
 		}
 		u := w.tables[r.References.Table.String()]
 		for _, pair := range r.References.Columns {
-			if !has(t.schema, t.named(pair[0])) {
+			if !has(t.schema, t.pending.Column(pair[0])) {
 				problems = append(problems, fmt.Sprintf("rule %s: %s has no column %s", r.Name, t.schema.ID(), pair[0]))
 			}
-			if u != nil && !has(u.schema, u.named(pair[1])) {
+			if u != nil && !has(u.schema, u.pending.Column(pair[1])) {
 				problems = append(problems, fmt.Sprintf("rule %s: %s has no column %s", r.Name, u.schema.ID(), pair[1]))
 			}
 		}
@@ -315,7 +319,7 @@ func rowRulesSQL(t *table) string {
 	}
 	cols := make([]string, len(t.schema.Columns))
 	for i, c := range t.schema.Columns {
-		cols[i] = columnValue(c, "s.after") + " AS " + ident(t.contractName(c.Name))
+		cols[i] = columnValue(c, "s.after") + " AS " + ident(t.pending.Contract(c.Name))
 	}
 	// Most changes pass every rule: the list of the rules a change fails
 	// is built for the others only.
@@ -339,11 +343,11 @@ func referenceSQL(t, u *table, r contracts.Rule, uTouched bool, uRows rowsInfo) 
 	var evCols, refCols, refKeys, on, silverOn, notNull []string
 	for i, pair := range r.References.Columns {
 		k := fmt.Sprintf("k%d", i)
-		evCols = append(evCols, fmt.Sprintf("after.%s AS %s", ident(t.named(pair[0])), k))
-		refCols = append(refCols, fmt.Sprintf("after.%s AS %s", ident(u.named(pair[1])), k))
+		evCols = append(evCols, fmt.Sprintf("after.%s AS %s", ident(t.pending.Column(pair[0])), k))
+		refCols = append(refCols, fmt.Sprintf("after.%s AS %s", ident(u.pending.Column(pair[1])), k))
 		refKeys = append(refKeys, k)
 		on = append(on, fmt.Sprintf("ref.%s = ev.%s", k, k))
-		silverOn = append(silverOn, fmt.Sprintf("s.%s = ev.%s", ident(u.named(pair[1])), k))
+		silverOn = append(silverOn, fmt.Sprintf("s.%s = ev.%s", ident(u.pending.Column(pair[1])), k))
 		notNull = append(notNull, "ev."+k+" IS NOT NULL")
 	}
 	silver := fmt.Sprintf("EXISTS (SELECT 1 FROM silver.%s s WHERE %s AND NOT s._deleted)", ident(u.schema.Name), strings.Join(silverOn, " AND "))

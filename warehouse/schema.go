@@ -134,8 +134,10 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 			delete(w.byTopic, prev.topic)
 		}
 		t := w.register(s.Topic, s.Table)
-		if err := w.checkRules(ctx, t); err != nil {
-			return err
+		if !w.olderVersions {
+			if err := w.checkRules(ctx, t); err != nil {
+				return err
+			}
 		}
 		switch {
 		case prev == nil:
@@ -162,12 +164,25 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 // decided; the lake has no version it refused), and the lake may lack
 // the versions in between (changes from before a schema change written
 // under a later one): what changed since the version before is applied.
+//
+// The contracts' rules are checked against the newest versions alone,
+// under which the replay judges every change: an older one may lack a
+// column today's contract names (renamed since, and renamed_from dropped
+// from the contract, or renamed twice).
 func (w *Warehouse) ApplyVersions(ctx context.Context, schemas []Schema, schemaTopic string) error {
+	w.olderVersions = true
+	defer func() { w.olderVersions = false }()
 	for _, s := range schemas {
 		t := *s.Table
 		t.Accepted = true
 		s.Table = &t
 		if err := w.ApplySchemas(ctx, []Schema{s}, schemaTopic, TopicPosition{Next: map[int32]int64{}}, nil); err != nil {
+			return err
+		}
+	}
+	w.olderVersions = false
+	for _, t := range w.byTopic {
+		if err := w.checkRules(ctx, t); err != nil {
 			return err
 		}
 	}
@@ -602,16 +617,7 @@ func (w *Warehouse) register(topic string, t *change.Table) *table {
 	}
 	rules := w.rulesFor(t)
 	tb := &table{id: id, topic: topic, schema: t, parse: parseSQL(id, topic, t), flat: newFlatDecoder(id, topic, t), rules: rules, history: w.keepsHistory(t)}
-	if c := w.contracts.For(t.Schema, t.Name); c != nil {
-		for _, col := range c.Columns {
-			if col.RenamedFrom != "" && t.Column(col.Name) < 0 && t.Column(col.RenamedFrom) >= 0 {
-				if tb.pending == nil {
-					tb.pending = map[string]string{}
-				}
-				tb.pending[col.Name] = col.RenamedFrom
-			}
-		}
-	}
+	tb.pending = w.contracts.For(t.Schema, t.Name).Pending(t)
 	w.tables[t.ID()] = tb
 	w.byTopic[topic] = tb
 	return tb

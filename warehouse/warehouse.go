@@ -75,6 +75,9 @@ type Warehouse struct {
 	staged map[*table]*staged
 	// beforeCommit, if set, runs just before a batch commits (tests).
 	beforeCommit func()
+	// olderVersions says ApplyVersions is applying versions older than
+	// the newest, against which contract rules are not checked.
+	olderVersions bool
 }
 
 // table is a silver table and the SQL that decodes its staged events.
@@ -87,31 +90,11 @@ type table struct {
 	flat *flatDecoder
 	// rules are the contract's rules for the table.
 	rules []rule
-	// pending maps a column the contract names by a new name (renamed_from)
-	// to the old name silver still has: the rename is not applied yet (the
-	// run stopped at it, or it is yet to be made), and the rules, which
-	// name the contract's columns, read the old one under the new name.
-	pending map[string]string
+	// pending are the renames the contract accepts that silver has not
+	// taken yet: the rules read the old columns under the new names.
+	pending contracts.Renames
 	// history says the contract asks for SCD2 history.
 	history bool
-}
-
-// named is the name silver has for the contract's column col.
-func (t *table) named(col string) string {
-	if old, ok := t.pending[col]; ok {
-		return old
-	}
-	return col
-}
-
-// contractName is the name the contract gives silver's column col.
-func (t *table) contractName(col string) string {
-	for name, old := range t.pending {
-		if old == col {
-			return name
-		}
-	}
-	return col
 }
 
 const bootstrap = `
