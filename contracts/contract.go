@@ -252,6 +252,7 @@ func loadFile(path string, ck *checker) (*Contract, error) {
 		problems = append(problems, bad(lines.key("compatibility"), "compatibility %q: want backward, forward, full or none", f.Compatibility))
 	}
 	names := map[string]bool{}
+	renamed := map[string]string{} // old name (lower case): the column renamed from it
 	for i, cf := range f.Columns {
 		line := lines.block("columns", i)
 		col := Column{Name: cf.Name, Type: cf.Type, Base: cf.Base, Nullable: cf.Nullable == nil || *cf.Nullable,
@@ -264,6 +265,12 @@ func loadFile(path string, ck *checker) (*Contract, error) {
 			problems = append(problems, bad(line, "column %s is declared twice (DuckDB ignores case)", cf.Name))
 		}
 		names[strings.ToLower(cf.Name)] = true
+		if from := strings.ToLower(cf.RenamedFrom); from != "" {
+			if other, ok := renamed[from]; ok {
+				problems = append(problems, bad(line, "columns %s and %s are both renamed_from %q: a column was renamed to one name", other, cf.Name, cf.RenamedFrom))
+			}
+			renamed[from] = cf.Name
+		}
 		if col.parsed, err = ParseType(cf.Type, cf.Base); err != nil {
 			problems = append(problems, bad(line, "column %s: %v", cf.Name, err))
 		}
