@@ -216,6 +216,17 @@ func queryRow(t *testing.T, db *sql.DB, query string, dst any, args ...any) {
 	}
 }
 
+// queryText opens the DuckDB file at path, answers a query of one text
+// value and closes it.
+func queryText(t *testing.T, path, query string) string {
+	t.Helper()
+	db := openDuck(t, path)
+	defer db.Close()
+	var s string
+	queryRow(t, db, query, &s)
+	return s
+}
+
 // TestDrainRunConfirmsWhatItApplied: a run that drains the WAL stops its
 // stream at the WAL's end, before the warehouse has applied everything;
 // once it has, the slot is confirmed that far, so the next start does not

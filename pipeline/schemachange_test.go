@@ -81,10 +81,7 @@ func TestSchemaChangesUnderTheContract(t *testing.T) {
 	fromLake := backfillFromLakeAlone(t, h)
 	for _, path := range []string{h.cfg.Warehouse.Path, asof, fromLake} {
 		// a's values at the drop, NULL for the rows changed after it.
-		db := openDuck(t, path)
-		var rows string
-		queryRow(t, db, "SELECT coalesce(string_agg(id::VARCHAR, ', ' ORDER BY id), '') FROM silver.t WHERE a_dropped IS DISTINCT FROM CASE WHEN id BETWEEN 6 AND 17 THEN 'a' || id END", &rows)
-		db.Close()
+		rows := queryText(t, path, "SELECT coalesce(string_agg(id::VARCHAR, ', ' ORDER BY id), '') FROM silver.t WHERE a_dropped IS DISTINCT FROM CASE WHEN id BETWEEN 6 AND 17 THEN 'a' || id END")
 		if rows != "" {
 			t.Errorf("%s: the dropped column a of silver.t holds other values than it had at the drop, in rows %s", path, rows)
 		}
@@ -335,10 +332,7 @@ func TestRulesFollowAnAcceptedRename(t *testing.T) {
 	// A rebuild from the lake alone replays the versions b, bb and c
 	// under the contract that names c: the same.
 	for _, path := range []string{h.cfg.Warehouse.Path, backfillFromLakeAlone(t, h)} {
-		db := openDuck(t, path)
-		var held string
-		queryRow(t, db, "SELECT string_agg(key->>'id' || ':' || rules[1], ' ' ORDER BY _cdc_seq) FROM lakeflow.quarantine", &held)
-		db.Close()
+		held := queryText(t, path, "SELECT string_agg(key->>'id' || ':' || rules[1], ' ' ORDER BY _cdc_seq) FROM lakeflow.quarantine")
 		if held != "11:t.small 12:t.small 13:t.small 14:t.small" {
 			t.Fatalf("%s: quarantined %q, want each of 11 to 14 for rule t.small", path, held)
 		}
@@ -383,11 +377,7 @@ func TestReferencesFollowAPendingRename(t *testing.T) {
 		[]string{`INSERT INTO c VALUES (4, 300)`, `INSERT INTO p VALUES (3, 400)`, `INSERT INTO c VALUES (5, 400)`}))
 	assertSilverEqualsSourceExcept(t, h.dsn, h.cfg.Warehouse.Path, map[string]string{"c": "id IN (2, 4)"}, "public.p", "public.c")
 	held := func(path string) string {
-		db := openDuck(t, path)
-		defer db.Close()
-		var keys string
-		queryRow(t, db, "SELECT string_agg(key->>'id', ' ' ORDER BY _cdc_seq) FROM lakeflow.quarantine", &keys)
-		return keys
+		return queryText(t, path, "SELECT string_agg(key->>'id', ' ' ORDER BY _cdc_seq) FROM lakeflow.quarantine")
 	}
 	if got := held(h.cfg.Warehouse.Path); got != "2 4" {
 		t.Fatalf("quarantined c %q, want 2 4", got)
