@@ -140,6 +140,11 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 	if err != nil {
 		return fail(err)
 	}
+	if opts.Table != "" && asked == "" {
+		if err := knownRelation(cfg, ls, set, opts.Table); err != nil {
+			return fail(err)
+		}
+	}
 	schemas := ls.Schemas
 	var tables map[string]bool
 	if silverOnly {
@@ -377,6 +382,40 @@ func (a *AsOf) resolve(ctx context.Context, p position, ls warehouse.LakeState) 
 		a.After = len(bs) == 0 || a.Bound.Seq > bs[0].Seq
 	}
 	return nil
+}
+
+// knownRelation refuses a --table that names none of the tables an as-of
+// warehouse holds besides silver's (whose names the caller matched), before
+// the lake is replayed for it: a history table, a gold mart, the
+// quarantine. A name with quotes is left to DuckDB.
+func knownRelation(cfg *config.Config, ls warehouse.LakeState, set contracts.Set, name string) error {
+	if strings.ContainsAny(name, `"' `) {
+		return nil
+	}
+	var silver, others []string
+	for _, s := range ls.Newest() {
+		silver = append(silver, "silver."+s.Table.Name)
+		if c := set.For(s.Table.Schema, s.Table.Name); c != nil && c.History {
+			others = append(others, "silver."+s.Table.Name+"_history")
+		}
+	}
+	marts, err := loadMarts(cfg)
+	if err != nil {
+		return err
+	}
+	for _, m := range marts {
+		others = append(others, "gold."+m.Name)
+	}
+	others = append(others, "lakeflow.quarantine")
+	for _, known := range others {
+		_, bare, _ := strings.Cut(known, ".")
+		if strings.EqualFold(name, known) || strings.EqualFold(name, bare) {
+			return nil
+		}
+	}
+	slices.Sort(silver)
+	return fmt.Errorf("%w: --table %s is no table of the warehouse as of a position: it holds %s, and %s", fault.ErrConfig, name,
+		strings.Join(silver, ", "), strings.Join(others, ", "))
 }
 
 // lakeView opens a warehouse that reads the lake (in memory, or at

@@ -225,6 +225,20 @@ func assertAsOfPositions(t *testing.T, ctx context.Context, h *harness, moments 
 			t.Errorf("asof %s (the newest batch) is as of %s, after the lake's last event: %v; want %s, not after", pos, a.Bound.Seq, a.After, bs[0].Seq)
 		}
 	}
+	// --table: a mart by its bare name and a history table are known; a
+	// name that is no table is refused before the lake is replayed,
+	// naming the tables there are.
+	for _, tb := range []string{"daily_revenue", "silver.customers_history"} {
+		a, err := BuildAsOf(ctx, h.cfg, AsOfOptions{Position: last.lsn.String(), Table: tb}, h.log)
+		if err != nil {
+			t.Fatalf("asof --table %s: %v", tb, err)
+		}
+		a.Close()
+	}
+	if _, err := BuildAsOf(ctx, h.cfg, AsOfOptions{Position: last.lsn.String(), Table: "nope"}, h.log); !errors.Is(err, fault.ErrConfig) ||
+		!strings.Contains(err.Error(), "--table nope is no table") || !strings.Contains(err.Error(), "gold.daily_revenue") {
+		t.Errorf("asof --table nope: %v, want a configuration error naming the tables", err)
+	}
 	// After the last event: said, and the latest state.
 	if a := bound((last.lsn + 1<<30).String()); !a.After {
 		t.Error("a position after the lake's last event is not said to be")
