@@ -137,3 +137,20 @@ func TestStatusListsTheRulesThatHeldMostFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusSaysHowTheSlotIsRead: connected or not, and the lag only when
+// PostgreSQL measures one.
+func TestStatusSaysHowTheSlotIsRead(t *testing.T) {
+	lag := 2.5
+	for want, slot := range map[string]pipeline.SlotStatus{
+		"slot          s: 10 bytes behind the source's WAL; no reader connected\n":  {Name: "s", LagBytes: 10},
+		"slot          s: 0 bytes behind the source's WAL; being read, idle\n":      {Name: "s", Active: true},
+		"slot          s: 5 bytes behind the source's WAL; being read, 2.5s behind": {Name: "s", Active: true, LagBytes: 5, LagSeconds: &lag},
+	} {
+		var out strings.Builder
+		printStatus(&out, &pipeline.StatusReport{Slot: &slot})
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status printed\n%s\nwant %q", out.String(), want)
+		}
+	}
+}

@@ -55,11 +55,15 @@ func printStatus(w io.Writer, r *pipeline.StatusReport) {
 			b.Batch, b.At.Format(time.RFC3339), b.Events, b.Consistent, b.EventsPerSecond)
 	}
 	if s := r.Slot; s != nil {
-		lag := "not streaming"
-		if s.LagSeconds != nil {
-			lag = ago(*s.LagSeconds)
+		// PostgreSQL measures a stream's lag only while changes flow.
+		state := "no reader connected"
+		switch {
+		case s.Active && s.LagSeconds != nil:
+			state = "being read, " + ago(*s.LagSeconds) + " behind"
+		case s.Active:
+			state = "being read, idle"
 		}
-		fmt.Fprintf(w, "slot          %s: %d bytes behind the source's WAL (%s), active %v\n", s.Name, s.LagBytes, lag, s.Active)
+		fmt.Fprintf(w, "slot          %s: %d bytes behind the source's WAL; %s\n", s.Name, s.LagBytes, state)
 	}
 	for _, t := range r.Topics {
 		fmt.Fprintf(w, "consumer lag  %s: %d records\n", t.Topic, t.Lag)
