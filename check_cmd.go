@@ -84,7 +84,7 @@ func printReport(r *pipeline.CheckReport) error {
 			}
 			what := f.Message
 			if len(f.Examples) > 0 {
-				what += "; e.g. " + strings.Join(f.Examples, ", ")
+				what = strings.TrimSuffix(what, ".") + "; e.g. " + strings.Join(f.Examples, ", ")
 			}
 			vals := []string{f.Severity, f.Part, f.Check, f.Dataset, fmt.Sprint(f.Count), what, f.Fix}
 			res.Rows = append(res.Rows, textRow(vals...))
