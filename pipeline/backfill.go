@@ -223,6 +223,34 @@ func openOld(ctx context.Context, cfg *config.Config, lk *lake.Lake, log *slog.L
 	return old, nil
 }
 
+// lakeDays says whether the lake holds files of a commit day from from to
+// to, and its first and last days.
+func lakeDays(cfg *config.Config, from, to time.Time) (first, last string, found bool, err error) {
+	lk, err := lake.Open(cfg.Lake.Dir)
+	if err != nil {
+		return "", "", false, err
+	}
+	tables, err := lk.Tables()
+	if err != nil {
+		return "", "", false, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
+	}
+	lo, hi := from.Format(time.DateOnly), to.Format(time.DateOnly)
+	for _, t := range tables {
+		days, err := lk.Days(t)
+		if err != nil {
+			return "", "", false, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
+		}
+		for _, d := range days {
+			if first == "" || d < first {
+				first = d
+			}
+			last = max(last, d)
+			found = found || (d >= lo && d <= hi)
+		}
+	}
+	return first, last, found, nil
+}
+
 // backfillRange rebuilds what the days From to To changed: the lake is
 // replayed whole into a shadow warehouse (exact: a key's row depends on
 // all its history), and the slice is swapped into the warehouse in one
@@ -232,6 +260,18 @@ func backfillRange(ctx context.Context, cfg *config.Config, opts BackfillOptions
 	t0 := time.Now()
 	shadow := ""
 	if opts.Mart == "" {
+		first, last, found, err := lakeDays(cfg, opts.From, opts.To)
+		if err != nil {
+			return st, err
+		}
+		if !found {
+			// Replaying the lake whole for nothing would take as long
+			// as for something; a mistyped day is likelier.
+			log.Warn("the lake holds no change committed on those days: nothing to backfill", "from", opts.From.Format(time.DateOnly),
+				"to", opts.To.Format(time.DateOnly), "lake_first_day", first, "lake_last_day", last)
+			st.Seconds, st.Path = time.Since(t0).Seconds(), cfg.Warehouse.Path
+			return st, nil
+		}
 		shadow = cfg.Warehouse.Live + ".shadow"
 		for _, p := range []string{shadow, shadow + ".wal"} {
 			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {

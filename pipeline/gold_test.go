@@ -123,6 +123,12 @@ func TestStreamBackfillAndSourceAgree(t *testing.T) {
 		}
 	}
 	live.Close()
+	// Days the lake holds no change of: said, and the lake not replayed.
+	ancient, logged := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC), len(h.logs.String())
+	_, err = Backfill(context.Background(), h.cfg, BackfillOptions{From: ancient, To: ancient.AddDate(0, 0, 1)}, h.log)
+	if said := h.logs.String()[logged:]; err != nil || !strings.Contains(said, "the lake holds no change committed on those days") || strings.Contains(said, "lake replayed") {
+		t.Fatalf("backfill of days the lake lacks: %v\n%s", err, said)
+	}
 	for _, opts := range []BackfillOptions{{From: from, To: to}, {From: from, To: to, Mart: "product_ranks"}} {
 		if _, err := Backfill(context.Background(), h.cfg, opts, h.log); err != nil {
 			t.Fatalf("backfill %+v: %v", opts, err)

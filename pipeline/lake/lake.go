@@ -213,6 +213,25 @@ func (l *Lake) Parts(table string) ([]Part, error) {
 	return out, nil
 }
 
+// Days lists the commit days (YYYY-MM-DD) table has files of, in order.
+func (l *Lake) Days(table string) ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(l.dir, table))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if day, ok := strings.CutPrefix(e.Name(), "date="); ok && e.IsDir() {
+			out = append(out, day)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
 // Tables lists the lake's table directories (those holding events; the
 // dead letters' and staging directories are not tables).
 func (l *Lake) Tables() ([]string, error) {
