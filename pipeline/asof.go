@@ -387,7 +387,8 @@ func (a *AsOf) resolve(ctx context.Context, p position, ls warehouse.LakeState) 
 // knownRelation refuses a --table that names none of the tables an as-of
 // warehouse holds besides silver's (whose names the caller matched), before
 // the lake is replayed for it: a history table, a gold mart, the
-// quarantine. A name with quotes is left to DuckDB.
+// quarantine; a captured table the lake holds no event of yet is said to
+// be one. A name with quotes is left to DuckDB.
 func knownRelation(cfg *config.Config, ls warehouse.LakeState, set contracts.Set, name string) error {
 	if strings.ContainsAny(name, `"' `) {
 		return nil
@@ -411,6 +412,11 @@ func knownRelation(cfg *config.Config, ls warehouse.LakeState, set contracts.Set
 		_, bare, _ := strings.Cut(known, ".")
 		if strings.EqualFold(name, known) || strings.EqualFold(name, bare) {
 			return nil
+		}
+	}
+	for _, t := range cfg.Source.Tables {
+		if strings.EqualFold(name, t.Name) || strings.EqualFold(name, "silver."+t.Name) {
+			return fmt.Errorf("%w: the lake holds no events yet of %s.%s (captured: its snapshot may be under way)", fault.ErrConfig, t.Schema, t.Name)
 		}
 	}
 	slices.Sort(silver)
