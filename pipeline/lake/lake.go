@@ -178,20 +178,14 @@ type Part struct {
 // Parts lists the published files of table (a directory of the lake) in
 // commit order.
 func (l *Lake) Parts(table string) ([]Part, error) {
-	days, err := os.ReadDir(filepath.Join(l.dir, table))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+	days, err := l.Days(table)
 	if err != nil {
 		return nil, err
 	}
 	var out []Part
-	for _, d := range days {
-		day, ok := strings.CutPrefix(d.Name(), "date=")
-		if !ok || !d.IsDir() {
-			continue
-		}
-		files, err := os.ReadDir(filepath.Join(l.dir, table, d.Name()))
+	for _, day := range days {
+		dir := "date=" + day
+		files, err := os.ReadDir(filepath.Join(l.dir, table, dir))
 		if err != nil {
 			return nil, err
 		}
@@ -205,7 +199,7 @@ func (l *Lake) Parts(table string) ([]Part, error) {
 			p, _ := strconv.Atoi(m[3])
 			first, _ := strconv.ParseInt(m[4], 10, 64)
 			last, _ := strconv.ParseInt(m[5], 10, 64)
-			out = append(out, Part{Path: filepath.Join(table, d.Name(), f.Name()), Day: day,
+			out = append(out, Part{Path: filepath.Join(table, dir, f.Name()), Day: day,
 				Span: Span{Partition: int32(p), First: first, Last: last, MinSeq: change.LSN(minSeq), MaxSeq: change.LSN(maxSeq)}})
 		}
 	}
