@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -152,5 +154,22 @@ func TestStatusSaysHowTheSlotIsRead(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status printed\n%s\nwant %q", out.String(), want)
 		}
+	}
+}
+
+// TestBadMetricsAddrStopsBeforeAnythingStarts: a --metrics-addr that is
+// no address is said before PostgreSQL or Kafka start.
+func TestBadMetricsAddrStopsBeforeAnythingStarts(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "lakeflow.toml")
+	if err := os.WriteFile(file, []byte("data_dir = \"data\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := newApp().Run([]string{"lakeflow", "--config", file, "run", "--metrics-addr", "9464"})
+	if exitCode(err) != exitConfig || !strings.Contains(fmt.Sprint(err), `--metrics-addr "9464": want host:port`) {
+		t.Fatalf("run --metrics-addr 9464: exit %d, %v", exitCode(err), err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", "pg")); !os.IsNotExist(err) {
+		t.Fatalf("the embedded PostgreSQL was set up before the address was checked (%v)", err)
 	}
 }

@@ -108,20 +108,26 @@ func (d duckdbMemory) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(d.spilled, prometheus.GaugeValue, float64(spilled))
 }
 
-// serve exposes the metrics at addr (a port alone binds loopback) under
-// /metrics until ctx ends.
-func (m *metrics) serve(ctx context.Context, addr string, log *slog.Logger) error {
+// listenMetrics opens the metrics endpoint's address (a port alone binds
+// loopback) before the run starts anything, so that a mistake in it is
+// said at once.
+func listenMetrics(addr string) (net.Listener, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("%w: --metrics-addr %q: want host:port, or :port for loopback", fault.ErrConfig, addr)
+		return nil, fmt.Errorf("%w: --metrics-addr %q: want host:port, or :port for loopback", fault.ErrConfig, addr)
 	}
 	if host == "" {
 		host = "127.0.0.1"
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
 	if err != nil {
-		return fmt.Errorf("%w: metrics: %v", fault.ErrEnvironment, err)
+		return nil, fmt.Errorf("%w: --metrics-addr %s: %v", fault.ErrEnvironment, addr, err)
 	}
+	return ln, nil
+}
+
+// serve exposes the metrics on ln under /metrics until ctx ends.
+func (m *metrics) serve(ctx context.Context, ln net.Listener, log *slog.Logger) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -135,5 +141,4 @@ func (m *metrics) serve(ctx context.Context, addr string, log *slog.Logger) erro
 		}
 	}()
 	log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
-	return nil
 }

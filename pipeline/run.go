@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
@@ -48,6 +49,17 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	set, err := loadContracts(cfg, log)
 	if err != nil {
 		return err
+	}
+	var metricsLn net.Listener
+	if opts.MetricsAddr != "" {
+		if metricsLn, err = listenMetrics(opts.MetricsAddr); err != nil {
+			return err
+		}
+		defer func() {
+			if metricsLn != nil { // not served: the server closes it once ctx ends
+				metricsLn.Close()
+			}
+		}()
 	}
 	unlock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
@@ -121,12 +133,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		c.checks = scheduleChecks(ctx, cfg, log)
 	}
 	c.pub = pub
-	if opts.MetricsAddr != "" {
+	if metricsLn != nil {
 		c.metrics = newMetrics(wh)
 		pub.metrics = c.metrics
-		if err := c.metrics.serve(ctx, opts.MetricsAddr, log); err != nil {
-			return err
-		}
+		c.metrics.serve(ctx, metricsLn, log)
+		metricsLn = nil
 	}
 	applied, err := wh.AppliedEnd(ctx)
 	if err != nil {
