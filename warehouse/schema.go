@@ -180,7 +180,6 @@ func (w *Warehouse) ApplyVersions(ctx context.Context, schemas []Schema, schemaT
 			return err
 		}
 	}
-	w.olderVersions = false
 	for _, t := range w.byTopic {
 		if err := w.checkRules(ctx, t); err != nil {
 			return err

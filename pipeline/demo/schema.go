@@ -32,7 +32,7 @@ func OrdersTable() *change.Table {
 	}}
 }
 
-// DDL creates the demo tables; every one logs full rows.
+// DDL creates the demo tables (Setup then marks them).
 const DDL = `
 CREATE TABLE IF NOT EXISTS customers (
 	id         bigint PRIMARY KEY,
@@ -76,21 +76,22 @@ CREATE TABLE IF NOT EXISTS payments (
 	status       text NOT NULL,
 	created_at   timestamptz NOT NULL DEFAULT now()
 );
-ALTER TABLE customers REPLICA IDENTITY FULL;
-ALTER TABLE products REPLICA IDENTITY FULL;
-ALTER TABLE orders REPLICA IDENTITY FULL;
-ALTER TABLE order_items REPLICA IDENTITY FULL;
-ALTER TABLE payments REPLICA IDENTITY FULL;
-COMMENT ON TABLE customers IS 'lakeflow demo';
-COMMENT ON TABLE products IS 'lakeflow demo';
-COMMENT ON TABLE orders IS 'lakeflow demo';
-COMMENT ON TABLE order_items IS 'lakeflow demo';
-COMMENT ON TABLE payments IS 'lakeflow demo';
 `
 
-// tables are DDL's tables; each bears the comment "lakeflow demo", by
-// which CheckSource knows them.
+// tables are DDL's tables; Setup has each log full rows and bear the
+// comment mark, by which CheckSource knows them.
 var tables = []string{"customers", "products", "orders", "order_items", "payments"}
+
+const mark = "lakeflow demo"
+
+// marked sets the demo tables' replica identity and comment.
+func marked() string {
+	var b strings.Builder
+	for _, t := range tables {
+		fmt.Fprintf(&b, "ALTER TABLE %s REPLICA IDENTITY FULL;\nCOMMENT ON TABLE %[1]s IS '%s';\n", t, mark)
+	}
+	return b.String()
+}
 
 // CheckSource refuses a source database that holds a relation of a demo
 // table's name that the demo did not create: Setup would change it (its
@@ -105,7 +106,7 @@ func CheckSource(ctx context.Context, dsn string) error {
 	defer conn.Close(context.Background())
 	rows, _ := conn.Query(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = current_schema() AND c.relname = ANY($1)
-		AND obj_description(c.oid, 'pg_class') IS DISTINCT FROM 'lakeflow demo' ORDER BY 1`, tables)
+		AND obj_description(c.oid, 'pg_class') IS DISTINCT FROM $2 ORDER BY 1`, tables, mark)
 	foreign, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return fmt.Errorf("%w: demo: read the source's tables: %v", fault.ErrSource, err)
@@ -126,7 +127,7 @@ func Setup(ctx context.Context, dsn string) error {
 		return fmt.Errorf("%w: demo: connect to source: %v", fault.ErrUnavailable, err)
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, DDL); err != nil {
+	if _, err := conn.Exec(ctx, DDL+marked()); err != nil {
 		return fmt.Errorf("%w: demo: create schema: %v", fault.ErrSource, err)
 	}
 	var n int
