@@ -27,7 +27,8 @@ const finishTimeout = time.Minute
 var trimInterval = 30 * time.Second
 
 // consumer moves records from Kafka into the lake and the warehouse, one
-// batch (one DuckDB transaction) at a time. A batch ends at a watermark
+// batch (one DuckDB transaction) at a time, staging the next while one is
+// applied (flight). A batch ends at a watermark
 // (a source transaction boundary that is complete in every partition), so
 // silver is always the source as of one position; only a transaction
 // larger than the batch limits is applied in several batches, of which
@@ -54,7 +55,11 @@ type consumer struct {
 	marks  []mark
 	bounds map[string]map[int32]int64
 
-	synced    time.Time
+	synced time.Time
+	// schemaNext is where the last look at the schema topic left it.
+	schemaNext kafka.Position
+	// flight is the batch being applied beside the loop (nil: none).
+	flight    *flight
 	trimmed   time.Time
 	stateCopy *change.SourceState
 	// applied is the end LSN of the last consistent batch: the source
@@ -90,6 +95,17 @@ func (c *consumer) wmTopic() string { return kafka.WatermarkTopic(c.kcfg.Prefix)
 // returns ctx's error) or, without follow, until the source has finished
 // and everything it produced is applied.
 func (c *consumer) run(ctx context.Context) error {
+	err := c.loop(ctx)
+	// Whatever ended the loop, the batch being applied ends first.
+	if serr := c.settle(context.WithoutCancel(ctx)); err == nil {
+		err = serr
+	}
+	return err
+}
+
+// loop consumes as run says, and may return while a batch is still being
+// applied: run waits for it.
+func (c *consumer) loop(ctx context.Context) error {
 	stage.Enter(stage.Fetch)
 	c.committed, c.seen = map[string]warehouse.TopicPosition{}, map[string]warehouse.TopicPosition{}
 	c.bounds = map[string]map[int32]int64{}
@@ -122,16 +138,26 @@ func (c *consumer) run(ctx context.Context) error {
 			}
 		}
 		if target != nil && len(c.pending) == 0 && len(c.marks) == 0 && reached(c.seen, target) {
+			if err := c.settle(ctx); err != nil {
+				return err
+			}
 			return c.wh.RefreshDue(ctx, true)
 		}
 		// Between batches: the scheduled checks' results that arrived,
-		// and the published copy when it is due.
-		err := c.recordChecks(ctx)
-		if err == nil {
-			err = c.pub.due(ctx, c.kafka.Behind())
+		// and the published copy when it is due. The batch being applied
+		// ends first when either waits for it.
+		var err error
+		if c.flight != nil && (c.flight.landed() || len(c.checks) > 0 || c.pub.waiting(c.kafka.Behind())) {
+			err = c.settle(ctx)
+		}
+		if err == nil && c.flight == nil {
+			err = c.recordChecks(ctx)
+			if err == nil {
+				err = c.pub.due(ctx, c.kafka.Behind())
+			}
 		}
 		if err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil && !final(err) {
 				return c.finish(ctx.Err())
 			}
 			return err
@@ -145,11 +171,11 @@ func (c *consumer) run(ctx context.Context) error {
 		// at an interval come due: refresh them while idle.
 		if time.Since(c.synced) >= c.cfg.BatchInterval {
 			err := c.syncSchemas(ctx)
-			if err == nil && len(c.pending) == 0 {
+			if err == nil && len(c.pending) == 0 && c.flight == nil {
 				err = c.wh.RefreshDue(ctx, false)
 			}
 			if err != nil {
-				if ctx.Err() != nil {
+				if ctx.Err() != nil && !final(err) {
 					return c.finish(ctx.Err())
 				}
 				return err
@@ -157,10 +183,14 @@ func (c *consumer) run(ctx context.Context) error {
 		}
 		// Records held wait at most until their batch is due; once it is,
 		// for the watermark that ends it, which Poll returns as soon as
-		// it arrives (waiting less would only spin).
+		// it arrives (waiting less would only spin). While a batch is
+		// being applied, the loop looks in soon after it ends.
 		wait := c.cfg.BatchInterval
 		if left := c.cfg.BatchInterval - c.age(); len(c.pending) > 0 && left > 0 {
 			wait = left
+		}
+		if c.flight != nil {
+			wait = min(wait, flightPoll)
 		}
 		recs, err := c.kafka.Poll(ctx, c.cfg.BatchEvents, wait)
 		if err != nil {
@@ -190,7 +220,7 @@ func (c *consumer) run(ctx context.Context) error {
 			// A watermark names a table whose schema arrived after the
 			// last look at the schema topic.
 			if err := c.syncSchemas(ctx); err != nil {
-				if ctx.Err() != nil {
+				if ctx.Err() != nil && !final(err) {
 					return c.finish(ctx.Err())
 				}
 				return err
@@ -370,11 +400,8 @@ func (c *consumer) arrived(bounds map[string]map[int32]int64) bool {
 	return true
 }
 
-// finish applies the in-flight records under a fresh, bounded context.
+// finish applies the records held under a fresh, bounded context.
 func (c *consumer) finish(cause error) error {
-	if len(c.pending) == 0 {
-		return cause
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout)
 	defer cancel()
 	for len(c.pending) > 0 {
@@ -389,11 +416,46 @@ func (c *consumer) finish(cause error) error {
 			}
 		}
 	}
+	if err := c.settle(ctx); err != nil {
+		return err
+	}
 	return cause
 }
 
-// apply commits the pending records below m's bounds (all of them when m
-// is nil) as one batch.
+// flightPoll bounds a poll's wait while a batch is being applied, so that
+// the loop takes its result soon after it ends.
+const flightPoll = 20 * time.Millisecond
+
+// flight is a batch being applied beside the consumer's loop: while
+// DuckDB merges it, the loop fetches, and stages the next batch on a
+// connection of its own (warehouse.Stage), two cores at work where one
+// was. The loop counts its positions as committed from the start: a batch
+// that fails stops the run (its records are spent), and the next start
+// reads them again from Kafka.
+type flight struct {
+	batch  warehouse.Batch
+	staged *warehouse.Staged
+	done   chan struct{}
+	st     warehouse.BatchStats
+	err    error
+	// ended is when ApplyStaged returned, after took.
+	ended time.Time
+	took  time.Duration
+}
+
+// landed says whether the batch has been applied (or failed).
+func (f *flight) landed() bool {
+	select {
+	case <-f.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// apply stages the pending records below m's bounds (all of them when m
+// is nil) and sets them off as one batch, once the batch before has been
+// applied.
 func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 	// Schema records are acknowledged before the events that need them,
 	// so reading the schema topic now covers everything in the batch.
@@ -431,40 +493,39 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 		wm.Next[0] = m.offset + 1
 		batch.Positions[c.wmTopic()] = wm
 		if c.consistentAt(batch.Positions, m.bounds) {
-			batch.Watermark = &m.w
+			// A copy: the batch is applied after its mark has left
+			// c.marks, whose array dropMarks reuses.
+			w := m.w
+			batch.Watermark = &w
 		}
 	}
-	// The batch's records leave the pending ones for its time in the
-	// warehouse, so that nothing holds their values once staged (release).
-	c.pending = rest
-	spent := false
-	batch.Staged = func() {
-		spent = true
-		release(batch.Records)
+	if f := c.flight; f != nil {
+		// The staging tables are single: the batch before has read them
+		// first.
+		select {
+		case <-f.staged.Read():
+		case <-f.done:
+		}
 	}
-	applyStart := time.Now()
-	st, err := c.wh.Apply(ctx, batch)
+	stage.Enter(stage.Staging)
+	staged, err := c.wh.Stage(ctx, batch.Records)
 	stage.Enter(stage.Fetch)
-	if err != nil && !errors.Is(err, warehouse.ErrUnpublished) {
-		if spent {
-			return spentError{err}
-		}
-		c.pending = append(batch.Records, rest...)
+	if err != nil {
+		return errors.Join(err, c.settle(ctx))
+	}
+	// Nothing reads the records' values again: release them, so that
+	// nothing holds them through the batch's merge.
+	c.pending = rest
+	release(batch.Records)
+	if err := c.settle(ctx); err != nil {
 		return err
 	}
-	// Committed (with ErrUnpublished too: the batch stays off the pending
-	// records and the run stops, so that finish does not apply it again
-	// and overwrite its staged lake files; the next start publishes them).
 	maps.Copy(c.committed, batch.Positions)
-	// The batch read the schema topic when it began: the loop's next look
-	// is due batch_interval after it ended, not after it began (a long
-	// batch would have it look again straight away).
+	// The batch reads no schema: the loop's next look is due
+	// batch_interval after it was set off.
 	c.synced = time.Now()
 	if m != nil {
 		c.dropMarks(m.offset)
-	}
-	if batch.Watermark != nil {
-		c.applied.Store(uint64(batch.Watermark.End))
 	}
 	c.bytes = 0
 	c.oldest = time.Now()
@@ -474,20 +535,51 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 			c.oldest = r.Arrived
 		}
 	}
+	f := &flight{batch: batch, staged: staged, done: make(chan struct{})}
+	c.flight = f
+	go func() {
+		defer close(f.done)
+		start := time.Now()
+		f.st, f.err = c.wh.ApplyStaged(ctx, batch, staged)
+		f.ended = time.Now()
+		f.took = f.ended.Sub(start)
+	}()
+	return nil
+}
+
+// settle waits for the batch being applied, if any, and takes in its
+// outcome. A batch that failed ends the run: its records are spent, and
+// nothing after it may be applied before it. One that committed without
+// its lake files published (warehouse.ErrUnpublished) ends it too: the
+// next start publishes them.
+func (c *consumer) settle(ctx context.Context) error {
+	f := c.flight
+	if f == nil {
+		return nil
+	}
+	<-f.done
+	c.flight = nil
+	st, err := f.st, f.err
+	if err != nil && !errors.Is(err, warehouse.ErrUnpublished) {
+		return spentError{err}
+	}
+	if f.batch.Watermark != nil {
+		c.applied.Store(uint64(f.batch.Watermark.End))
+	}
 	c.stats.events.Add(int64(st.Events))
 	c.stats.batches.Add(1)
 	c.stats.files.Add(int64(st.LakeFiles))
 	c.stats.quarantined.Add(int64(st.Quarantined))
 	c.stats.phases.Add(st)
 	if c.metrics != nil {
-		c.metrics.batch(st, batch.Watermark, time.Since(applyStart))
+		c.metrics.batch(st, f.batch.Watermark, st.Stage+f.took, f.ended)
 		c.metrics.pending.Set(float64(len(c.pending)))
 	}
 	if len(st.Dead) > 0 {
 		c.deadLetters(ctx, st.Dead)
 	}
 	c.log.Debug("batch committed", "events", st.Events, "tables", st.Tables, "lake_files", st.LakeFiles,
-		"consistent", batch.Watermark != nil,
+		"consistent", f.batch.Watermark != nil,
 		"stage", st.Stage.Round(time.Millisecond), "decode", st.Decode.Round(time.Millisecond), "lake", st.Lake.Round(time.Millisecond),
 		"rules", st.Rules.Round(time.Millisecond), "history", st.History.Round(time.Millisecond), "merge", st.Merge.Round(time.Millisecond),
 		"gold", st.Gold.Round(time.Millisecond), "commit", st.Commit.Round(time.Millisecond),
@@ -566,6 +658,20 @@ func (c *consumer) trim(ctx context.Context) {
 func (c *consumer) syncSchemas(ctx context.Context) error {
 	c.synced = time.Now()
 	topic := kafka.SchemaTopic(c.kcfg.Prefix)
+	if c.flight != nil {
+		// The warehouse is busy with a batch: look at the schema topic
+		// alone, and wait for the batch only when it has moved.
+		recs, _, reset, err := c.kafka.Schemas(ctx, c.schemaNext)
+		if err != nil {
+			return err
+		}
+		if len(recs) == 0 && !reset && c.stateCopy != nil && c.stateCopy.Snapshotted && c.stateCopy.Slot == c.slot {
+			return nil
+		}
+		if err := c.settle(ctx); err != nil {
+			return err
+		}
+	}
 	from, err := c.wh.Offsets(ctx, topic)
 	if err != nil {
 		return err
@@ -574,6 +680,7 @@ func (c *consumer) syncSchemas(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.schemaNext = next
 	if reset {
 		c.log.Warn("the schema topic was deleted or reset; reading it again from its start", "topic", topic)
 	}

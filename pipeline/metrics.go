@@ -66,21 +66,20 @@ func newMetrics(wh *warehouse.Warehouse) *metrics {
 	return m
 }
 
-// batch records a committed batch and its watermark (nil: it did not end
-// at one).
-func (m *metrics) batch(st warehouse.BatchStats, wm *change.Watermark, took time.Duration) {
+// batch records a batch that committed at `at` and its watermark (nil: it
+// did not end at one).
+func (m *metrics) batch(st warehouse.BatchStats, wm *change.Watermark, took time.Duration, at time.Time) {
 	m.events.Add(float64(st.Events))
 	m.batches.Inc()
 	m.files.Add(float64(st.LakeFiles))
 	m.quarantined.Add(float64(st.Quarantined))
 	m.dead.Add(float64(len(st.Dead)))
 	m.batchSeconds.Observe(took.Seconds())
-	now := time.Now()
-	m.lastBatch.Set(float64(now.UnixNano()) / 1e9)
+	m.lastBatch.Set(float64(at.UnixNano()) / 1e9)
 	if wm != nil {
 		m.consistentSeq.Set(float64(wm.Seq))
 		if wm.Commit > 0 {
-			m.freshness.Observe(now.Sub(time.UnixMicro(wm.Commit)).Seconds())
+			m.freshness.Observe(at.Sub(time.UnixMicro(wm.Commit)).Seconds())
 		}
 	}
 }

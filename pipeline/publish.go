@@ -153,6 +153,23 @@ func (p *publisher) due(ctx context.Context, behind bool) error {
 	return nil
 }
 
+// waiting says whether due has something to do that the batch being
+// applied must end for: a copy due by the clock, or the outcome of the
+// one published.
+func (p *publisher) waiting(behind bool) bool {
+	if p == nil {
+		return false
+	}
+	if p.running != nil {
+		return len(p.running) > 0
+	}
+	next := p.next
+	if behind {
+		next = p.nextBehind
+	}
+	return !time.Now().Before(next)
+}
+
 // refresh refreshes the marts that wait for the next copy now, before
 // the run's record, which then counts the time, rather than in the final
 // copy's publishing. The copy in flight goes first: its refresh writes

@@ -38,10 +38,6 @@ type Batch struct {
 	// Watermark is set when the batch ends exactly at it: silver is then
 	// the source as of Watermark.Seq, with no transaction in part.
 	Watermark *change.Watermark
-	// Staged, if set, is called once the records are staged: from then on
-	// Apply reads no record's Value (the caller may release them), and
-	// runs to its end whatever becomes of ctx.
-	Staged func()
 }
 
 // BatchStats describes an applied batch and where its time went.
@@ -88,33 +84,35 @@ func (st *BatchStats) Add(b BatchStats) {
 	st.Commit += b.Commit
 }
 
-// Apply applies a batch in one DuckDB transaction. Before it, the records
-// are staged and decoded into scratch tables, those that cannot be
-// applied set aside (dead letters), and each table's new events written
-// to lake files under staging names; in it, Apply records the dead
-// letters, holds back the changes that break a contract rule
+// Apply stages a batch's records and applies them (Stage, ApplyStaged).
+func (w *Warehouse) Apply(ctx context.Context, b Batch) (BatchStats, error) {
+	s, err := w.Stage(ctx, b.Records)
+	if err != nil {
+		return BatchStats{}, err
+	}
+	return w.ApplyStaged(ctx, b, s)
+}
+
+// ApplyStaged applies a staged batch in one DuckDB transaction. Before
+// it, the staged records are decoded into scratch tables, those that
+// cannot be applied set aside (dead letters), and each table's new events
+// written to lake files under staging names; in it, ApplyStaged records
+// the dead letters, holds back the changes that break a contract rule
 // (quarantine), merges the rest into silver and records the lake files,
 // the positions and the batch. The lake files reach their final names
 // only after the commit. A batch that fails leaves the warehouse as it
 // was; applying it again is a no-op for what it already holds.
 //
-// Cancelling ctx (or its deadline) stops a batch only while its records
-// are being staged: after that they may be gone (Batch.Staged), so the
-// batch runs to its end, its work bounded by its size (batch_events,
-// batch_bytes) and its transaction by txTimeout.
-func (w *Warehouse) Apply(ctx context.Context, b Batch) (BatchStats, error) {
-	var st BatchStats
+// It reads no record's Value (Stage has them) and runs to its end
+// whatever becomes of ctx: its work is bounded by its size (batch_events,
+// batch_bytes) and its transaction by txTimeout. Once s.Read is closed,
+// the next batch may be staged beside the rest of this one.
+func (w *Warehouse) ApplyStaged(ctx context.Context, b Batch, s *Staged) (BatchStats, error) {
+	st := BatchStats{Stage: s.took}
 	since := laps()
-	stage.Enter(stage.Staging)
-	if err := w.stage(ctx, b.Records); err != nil {
-		return st, fmt.Errorf("batch: %w", err)
-	}
-	st.Stage = since()
-	if b.Staged != nil {
-		b.Staged()
-	}
 	ctx = context.WithoutCancel(ctx)
-	order, rows, err := w.decodeBatch(ctx, b.Records, &st, since)
+	order, rows, err := w.decodeBatch(ctx, b.Records, s, &st, since)
+	close(s.read)
 	if err != nil {
 		return st, fmt.Errorf("batch: %w", err)
 	}
@@ -187,8 +185,11 @@ func (w *Warehouse) removeStaging(ctx context.Context, files []lake.File) {
 // fills scratch tables alone, so it runs before the batch's transaction:
 // the staged envelopes, as large as the batch, are freed once decoded
 // instead of at the commit.
-func (w *Warehouse) decodeBatch(ctx context.Context, recs []Record, st *BatchStats, since func() time.Duration) ([]*table, map[*table]rowsInfo, error) {
+func (w *Warehouse) decodeBatch(ctx context.Context, recs []Record, s *Staged, st *BatchStats, since func() time.Duration) ([]*table, map[*table]rowsInfo, error) {
 	stage.Enter(stage.Parse)
+	if err := w.resetScratch(ctx, "lakeflow_dead"); err != nil {
+		return nil, nil, err
+	}
 	touched := map[*table]bool{}
 	for _, r := range recs {
 		if t := w.byTopic[r.Topic]; t != nil {
@@ -202,7 +203,7 @@ func (w *Warehouse) decodeBatch(ctx context.Context, recs []Record, st *BatchSta
 	slices.SortFunc(order, func(a, b *table) int { return a.id - b.id })
 	rows := map[*table]rowsInfo{}
 	for _, t := range order {
-		info, err := w.decode(ctx, t)
+		info, err := w.decode(ctx, t, s.tables[t])
 		if err != nil {
 			return nil, nil, err
 		}
@@ -211,7 +212,9 @@ func (w *Warehouse) decodeBatch(ctx context.Context, recs []Record, st *BatchSta
 	if err := w.schemaless(ctx); err != nil {
 		return nil, nil, err
 	}
-	if err := w.resetScratch(ctx, "lakeflow_stage"); err != nil {
+	// Emptied (freed) now: the next batch is staged beside this one's
+	// merge.
+	if _, err := w.conn.ExecContext(ctx, createStage); err != nil {
 		return nil, nil, err
 	}
 	st.Decode = since()
@@ -351,9 +354,9 @@ func (w *Warehouse) applyRows(ctx context.Context, order []*table, rows map[*tab
 // that cannot be applied to the batch's dead letters, drops those the
 // warehouse already holds, and reports whether a delete carries its key
 // alone and how many truncates are left.
-func (w *Warehouse) decode(ctx context.Context, t *table) (rowsInfo, error) {
+func (w *Warehouse) decode(ctx context.Context, t *table, n *staged) (rowsInfo, error) {
 	var info rowsInfo
-	if err := w.decodeRows(ctx, t); err != nil {
+	if err := w.decodeRows(ctx, t, n); err != nil {
 		return info, err
 	}
 	rows := rowsTable(t.id)
@@ -368,7 +371,7 @@ func (w *Warehouse) decode(ctx context.Context, t *table) (rowsInfo, error) {
 	if dead > 0 {
 		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO lakeflow_dead
 			SELECT r.kafka_topic, r.kafka_partition, r.kafka_offset, %s, 'decode', r.dlq_reason, coalesce(s.raw, encode(s.v)), r._cdc_seq, r._cdc_ord
-			FROM %s r JOIN lakeflow_stage s ON s.tbl = %d AND s.kafka_partition = r.kafka_partition AND s.kafka_offset = r.kafka_offset
+			FROM %s r JOIN `+stageTable+` s ON s.tbl = %d AND s.kafka_partition = r.kafka_partition AND s.kafka_offset = r.kafka_offset
 			WHERE r.dlq_reason IS NOT NULL`, literal(t.schema.ID()), rows, t.id)); err != nil {
 			return info, err
 		}
@@ -398,10 +401,9 @@ func (w *Warehouse) decode(ctx context.Context, t *table) (rowsInfo, error) {
 // decodeRows makes the rows table of a table's staged envelopes: parseSQL
 // decodes those its flat decoder refused, into which the flat table is
 // packed.
-func (w *Warehouse) decodeRows(ctx context.Context, t *table) error {
-	var n staged
-	if st := w.staged[t]; st != nil {
-		n = *st
+func (w *Warehouse) decodeRows(ctx context.Context, t *table, n *staged) error {
+	if n == nil {
+		n = &staged{}
 	}
 	var stmts []string
 	if n.sql > 0 {
@@ -447,30 +449,62 @@ type staged struct {
 	appender  *duckdb.Appender
 }
 
-// stage appends the envelopes of the batch with the Appender (row-by-row
+// Staged is a batch's records staged for ApplyStaged.
+type Staged struct {
+	tables map[*table]*staged
+	took   time.Duration
+	read   chan struct{}
+}
+
+// Read is closed once ApplyStaged has read the staged records into its
+// own tables: the next batch may be staged from then on.
+func (s *Staged) Read() <-chan struct{} { return s.read }
+
+// The staging tables are in a database of their own, in memory and
+// shared by the warehouse's connections (a TEMP table is its
+// connection's alone): Stage fills them on the staging connection while
+// the batch before runs its merge on the warehouse's.
+const (
+	scratchDB   = "lakeflow_scratch"
+	stageTable  = scratchDB + ".lakeflow_stage"
+	createStage = "CREATE OR REPLACE TABLE " + stageTable +
+		" (tbl INTEGER, topic VARCHAR, kafka_partition INTEGER, kafka_offset BIGINT, v VARCHAR, raw BLOB)"
+)
+
+// Stage appends the envelopes of a batch with the Appender (row-by-row
 // INSERT is two orders of magnitude slower): those a table's flat
 // decoder reads to its flat table, made when its first one comes, the
-// rest raw to the TEMP staging table. There, a record of a topic without
-// a schema gets table -1 and keeps its topic (no other record does: a
+// rest raw to the staging table. There, a record of a topic without a
+// schema gets table -1 and keeps its topic (no other record does: a
 // string a row costs the appender a sixth of its time), one that is not
-// UTF-8 text keeps its bytes in raw; both become dead letters.
-func (w *Warehouse) stage(ctx context.Context, recs []Record) error {
-	if err := w.resetScratch(ctx, "lakeflow_stage", "lakeflow_dead"); err != nil {
-		return err
+// UTF-8 text keeps its bytes in raw; both become dead letters. Once it
+// returns, nothing reads the records' values again.
+//
+// It runs on a connection of its own, beside the ApplyStaged of the batch
+// before once that one's Read is closed (the staging tables are
+// single), never beside ApplySchemas (the tables' decoders).
+func (w *Warehouse) Stage(ctx context.Context, recs []Record) (*Staged, error) {
+	start := time.Now()
+	s := &Staged{tables: map[*table]*staged{}, read: make(chan struct{})}
+	if w.stager == nil {
+		conn, err := w.db.Conn(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("batch: %w", err)
+		}
+		w.stager = conn
 	}
-	w.staged = map[*table]*staged{}
-	if len(recs) == 0 {
-		return nil
+	if _, err := w.stager.ExecContext(ctx, createStage); err != nil {
+		return nil, fmt.Errorf("batch: %w", err)
 	}
-	return w.conn.Raw(func(dc any) error {
+	err := w.stager.Raw(func(dc any) error {
 		conn := dc.(driver.Conn)
-		raw, err := duckdb.NewAppender(conn, "temp", "main", "lakeflow_stage")
+		raw, err := duckdb.NewAppender(conn, scratchDB, "main", "lakeflow_stage")
 		if err != nil {
 			return err
 		}
-		err = w.appendRecords(ctx, conn, raw, recs)
+		err = w.appendRecords(ctx, conn, raw, s.tables, recs)
 		err = errors.Join(err, raw.Close())
-		for _, st := range w.staged {
+		for _, st := range s.tables {
 			if st.appender != nil {
 				err = errors.Join(err, st.appender.Close())
 				st.appender = nil
@@ -478,28 +512,33 @@ func (w *Warehouse) stage(ctx context.Context, recs []Record) error {
 		}
 		return err
 	})
+	if err != nil {
+		return nil, fmt.Errorf("batch: %w", err)
+	}
+	s.took = time.Since(start)
+	return s, nil
 }
 
 // appendRecords appends each record to its flat table if its table's flat
 // decoder reads it, else to the staging table (raw).
-func (w *Warehouse) appendRecords(ctx context.Context, conn driver.Conn, raw *duckdb.Appender, recs []Record) error {
+func (w *Warehouse) appendRecords(ctx context.Context, conn driver.Conn, raw *duckdb.Appender, tables map[*table]*staged, recs []Record) error {
 	for _, r := range recs {
 		t := w.byTopic[r.Topic]
 		var st *staged
 		if t != nil {
-			if st = w.staged[t]; st == nil {
+			if st = tables[t]; st == nil {
 				st = &staged{}
-				w.staged[t] = st
+				tables[t] = st
 			}
 		}
 		valid := utf8.Valid(r.Value)
 		if t != nil && t.flat != nil && valid && t.flat.decode(r.Value) {
 			if st.appender == nil {
 				if _, err := conn.(driver.ExecerContext).ExecContext(ctx,
-					fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s (%s)", flatTable(t.id), t.flat.ddl()), nil); err != nil {
+					fmt.Sprintf("CREATE OR REPLACE TABLE %s (%s)", flatTable(t.id), t.flat.ddl()), nil); err != nil {
 					return err
 				}
-				a, err := duckdb.NewAppender(conn, "temp", "main", flatTable(t.id))
+				a, err := duckdb.NewAppender(conn, scratchDB, "main", flatName(t.id))
 				if err != nil {
 					return err
 				}

@@ -50,7 +50,7 @@ CREATE TABLE IF NOT EXISTS lakeflow.dlq (
 func (w *Warehouse) schemaless(ctx context.Context) error {
 	_, err := w.conn.ExecContext(ctx, `INSERT INTO lakeflow_dead
 		SELECT topic, kafka_partition, kafka_offset, NULL, 'schema', 'no table schema for this topic in the schema topic', coalesce(raw, encode(v)), NULL, NULL
-		FROM lakeflow_stage WHERE tbl = -1`)
+		FROM `+stageTable+` WHERE tbl = -1`)
 	return err
 }
 

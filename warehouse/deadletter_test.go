@@ -28,10 +28,11 @@ func TestDeadLetterFilesSurviveACrashAfterCommit(t *testing.T) {
 	f.offset++
 	var st BatchStats
 	since := laps()
-	if err := f.wh.stage(ctx, b.Records); err != nil {
+	s, err := f.wh.Stage(ctx, b.Records)
+	if err != nil {
 		t.Fatal(err)
 	}
-	order, rows, err := f.wh.decodeBatch(ctx, b.Records, &st, since)
+	order, rows, err := f.wh.decodeBatch(ctx, b.Records, s, &st, since)
 	if err != nil {
 		t.Fatal(err)
 	}

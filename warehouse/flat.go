@@ -324,9 +324,11 @@ FROM %s`, pack("before", 0), pack("after", len(t.Columns)), literal(topic), flat
 	return d
 }
 
-// flatTable is the TEMP table the Appender fills with a table's envelopes
-// decoded in Go.
-func flatTable(id int) string { return fmt.Sprintf("lakeflow_flat_%d", id) }
+// flatTable is the staging table the Appender fills with a table's
+// envelopes decoded in Go (flatName, in the staging database).
+func flatTable(id int) string { return scratchDB + "." + flatName(id) }
+
+func flatName(id int) string { return fmt.Sprintf("lakeflow_flat_%d", id) }
 
 // ddl is the flat table's column list.
 func (d *flatDecoder) ddl() string {

@@ -205,11 +205,12 @@ func TestFlatDecoderAgreesWithParseSQL(t *testing.T) {
 	}
 	decode := func(name string) staged {
 		t.Helper()
-		if err := f.wh.stage(ctx, recs); err != nil {
+		s, err := f.wh.Stage(ctx, recs)
+		if err != nil {
 			t.Fatal(err)
 		}
-		n := *f.wh.staged[tb]
-		if err := f.wh.decodeRows(ctx, tb); err != nil {
+		n := *s.tables[tb]
+		if err := f.wh.decodeRows(ctx, tb, &n); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := f.wh.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT * FROM %s", name, rowsTable(tb.id))); err != nil {
@@ -288,10 +289,11 @@ func BenchmarkDecode(b *testing.B) {
 			}
 			b.ResetTimer()
 			for range b.N {
-				if err := f.wh.stage(ctx, recs); err != nil {
+				s, err := f.wh.Stage(ctx, recs)
+				if err != nil {
 					b.Fatal(err)
 				}
-				if err := f.wh.decodeRows(ctx, tb); err != nil {
+				if err := f.wh.decodeRows(ctx, tb, s.tables[tb]); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -60,7 +60,7 @@ SELECT j.op AS op, %s, %s,
 	CAST(TRY_CAST(j._commit_ts AS TIMESTAMPTZ) AS DATE) AS day, coalesce(TRY_CAST(j._before_key_only AS BOOLEAN), false) AS key_only,
 	%s AS dlq_reason
 FROM (SELECT kafka_partition, kafka_offset, j, v, %s
-      FROM (SELECT kafka_partition, kafka_offset, v, try(from_json(v, %s)) AS j FROM lakeflow_stage WHERE tbl = %d))`,
+      FROM (SELECT kafka_partition, kafka_offset, v, try(from_json(v, %s)) AS j FROM `+stageTable+` WHERE tbl = %d))`,
 		rowsTable(id), before, after, literal(topic), dlqReasonSQL(t), strings.Join(typed, ", "), literal(string(structure)), id)
 }
 

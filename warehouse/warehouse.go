@@ -70,9 +70,9 @@ type Warehouse struct {
 	view     *View
 	listing  map[string][]lake.Part
 	complete change.LSN
-	// staged counts the batch's envelopes of each table by who decodes
-	// them.
-	staged map[*table]*staged
+	// stager is the connection Stage appends on, opened by its first
+	// batch.
+	stager *sql.Conn
 	// beforeCommit, if set, runs just before a batch commits (tests).
 	beforeCommit func()
 	// olderVersions says ApplyVersions is applying versions older than
@@ -348,7 +348,13 @@ func (w *Warehouse) init(ctx context.Context, memoryLimit int64, threads int) er
 			return fmt.Errorf("initialise warehouse %s: %w", w.path, err)
 		}
 	}
-	if err := w.resetScratch(ctx, "lakeflow_stage", "lakeflow_dead", "lakeflow_failures"); err != nil {
+	if _, err := w.conn.ExecContext(ctx, "ATTACH IF NOT EXISTS ':memory:' AS "+scratchDB); err != nil {
+		return fmt.Errorf("initialise warehouse %s: %w", w.path, err)
+	}
+	if _, err := w.conn.ExecContext(ctx, createStage); err != nil {
+		return fmt.Errorf("initialise warehouse %s: %w", w.path, err)
+	}
+	if err := w.resetScratch(ctx, "lakeflow_dead", "lakeflow_failures"); err != nil {
 		return fmt.Errorf("initialise warehouse %s: %w", w.path, err)
 	}
 	if w.view != nil {
@@ -445,7 +451,11 @@ func (w *Warehouse) raiseLakeHigh(topic string, part int32, off int64) {
 
 // Close closes the warehouse; DuckDB checkpoints on a clean close.
 func (w *Warehouse) Close() error {
-	err := errors.Join(w.conn.Close(), w.db.Close())
+	err := w.conn.Close()
+	if w.stager != nil {
+		err = errors.Join(err, w.stager.Close())
+	}
+	err = errors.Join(err, w.db.Close())
 	if w.spill != "" {
 		err = errors.Join(err, os.RemoveAll(w.spill))
 	}
@@ -535,7 +545,6 @@ func (w *Warehouse) saveOffsets(ctx context.Context, positions map[string]TopicP
 
 // scratch are the TEMP tables every batch fills, emptied at its commit.
 var scratch = map[string]string{
-	"lakeflow_stage":    "tbl INTEGER, topic VARCHAR, kafka_partition INTEGER, kafka_offset BIGINT, v VARCHAR, raw BLOB",
 	"lakeflow_dead":     `topic VARCHAR, "partition" INTEGER, "offset" BIGINT, source_table VARCHAR, failure_stage VARCHAR, failure_reason VARCHAR, payload BLOB, _cdc_seq UBIGINT, _cdc_ord UINTEGER`,
 	"lakeflow_failures": "tbl INTEGER, kafka_partition INTEGER, kafka_offset BIGINT, rule VARCHAR, action VARCHAR",
 }

@@ -628,7 +628,8 @@ action = "warn"
 		f.apply(f.rec(change.OpCreate, 100*i, 1, strconv.Itoa(i), "-", "x"), f.rec(change.OpUpdate, 100*i, 2, strconv.Itoa(i), "-", "y"))
 	}
 	ctx := context.Background()
-	rows, err := f.wh.conn.QueryContext(ctx, "SELECT table_name FROM duckdb_tables() WHERE temporary AND table_name <> 'lakeflow_known' ORDER BY 1")
+	rows, err := f.wh.conn.QueryContext(ctx, `SELECT database_name || '.' || table_name FROM duckdb_tables()
+		WHERE (temporary OR database_name = 'lakeflow_scratch') AND table_name <> 'lakeflow_known' ORDER BY 1`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -641,7 +642,7 @@ action = "warn"
 		tables = append(tables, name)
 	}
 	rows.Close()
-	if !slices.Contains(tables, "lakeflow_stage") || !slices.Contains(tables, "lakeflow_failures") {
+	if !slices.Contains(tables, stageTable) || !slices.Contains(tables, "temp.lakeflow_failures") {
 		t.Fatalf("scratch tables %v, want lakeflow_stage and lakeflow_failures ready for the next batch", tables)
 	}
 	for _, table := range tables {
@@ -665,7 +666,7 @@ func TestStagedEnvelopesGoBeforeTheMerge(t *testing.T) {
 	stored := int64(-1)
 	f.wh.beforeCommit = func() {
 		err := f.wh.conn.QueryRowContext(context.Background(),
-			"SELECT count(*) FROM lakeflow_stage").Scan(&stored)
+			"SELECT count(*) FROM "+stageTable).Scan(&stored)
 		if err != nil {
 			t.Error(err)
 		}
@@ -963,7 +964,7 @@ func TestNoCopyWithoutACheckpoint(t *testing.T) {
 	}
 }
 
-// TestStagedRecordsMayGo: once Apply has staged a batch's records it
+// TestStagedRecordsMayGo: once a batch's records are staged, applying it
 // reads their values no more, dead letters' included, and a cancel stops
 // it no more: the consumer releases them there (their memory is most of
 // the Go heap's in a backlog) and could not apply the batch again.
@@ -978,13 +979,15 @@ func TestStagedRecordsMayGo(t *testing.T) {
 		f.offset++
 	}
 	b := batch(recs...)
-	b.Staged = func() {
-		for i := range b.Records {
-			b.Records[i].Value = nil
-		}
-		cancel()
+	s, err := f.wh.Stage(ctx, b.Records)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := f.wh.Apply(ctx, b); err != nil {
+	for i := range b.Records {
+		b.Records[i].Value = nil
+	}
+	cancel()
+	if _, err := f.wh.ApplyStaged(ctx, b, s); err != nil {
 		t.Fatalf("a batch cancelled once staged: %v", err)
 	}
 	expect(t, f.silver(), `
@@ -1030,4 +1033,51 @@ func TestThreadsSetting(t *testing.T) {
 		}
 		wh.Close()
 	}
+}
+
+// TestStageBesideTheBatchBefore: once a batch's staged records are read,
+// the next batch is staged on a connection of its own while the first is
+// still inside its transaction (the consumer overlaps the two), committed
+// apart from it, and both land.
+func TestStageBesideTheBatchBefore(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	ctx := context.Background()
+	first := batch(f.rec(change.OpCreate, 100, 1, "1", "a", ""))
+	second := batch(f.rec(change.OpCreate, 200, 1, "2", "b", ""), f.rec(change.OpUpdate, 200, 2, "1", "aa", ""))
+	s1, err := f.wh.Stage(ctx, first.Records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s2 *Staged
+	f.wh.beforeCommit = func() {
+		select {
+		case <-s1.Read():
+		default:
+			t.Error("the first batch's staged records are not read by its commit")
+		}
+		if s2, err = f.wh.Stage(ctx, second.Records); err != nil {
+			t.Error(err)
+			return
+		}
+		// Seen from another connection: staged apart from the first
+		// batch's open transaction.
+		var n int
+		if err := f.wh.db.QueryRowContext(ctx, "SELECT count(*) FROM "+flatTable(f.wh.byTopic[topic].id)).Scan(&n); err != nil || n != 2 {
+			t.Errorf("another connection sees %d staged records of the second batch, want 2 (%v)", n, err)
+		}
+	}
+	if _, err := f.wh.ApplyStaged(ctx, first, s1); err != nil {
+		t.Fatal(err)
+	}
+	f.wh.beforeCommit = nil
+	if s2 == nil {
+		t.FailNow()
+	}
+	if _, err := f.wh.ApplyStaged(ctx, second, s2); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, f.silver(), `
+1 aa ∅ @200/2
+2 b ∅ @200/1`)
 }
