@@ -19,7 +19,7 @@ import (
 
 // finishTimeout bounds what is left after a cancel: reading the schemas
 // and staging the records held (a batch once staged runs to its end:
-// warehouse.Apply).
+// warehouse.ApplyStaged).
 const finishTimeout = time.Minute
 
 // trimInterval is how often committed records are trimmed from Kafka
@@ -96,8 +96,13 @@ func (c *consumer) wmTopic() string { return kafka.WatermarkTopic(c.kcfg.Prefix)
 // and everything it produced is applied.
 func (c *consumer) run(ctx context.Context) error {
 	err := c.loop(ctx)
-	// Whatever ended the loop, the batch being applied ends first.
-	if serr := c.settle(context.WithoutCancel(ctx)); err == nil {
+	// Whatever ended the loop, the batch being applied ends first, and
+	// its failure is the run's: the loop's error may be the cancel or
+	// Kafka's, which would hide that records were spent.
+	if serr := c.settle(context.WithoutCancel(ctx)); serr != nil {
+		if err != nil {
+			c.log.Warn("the consumer stopped while a batch failed", "err", err)
+		}
 		err = serr
 	}
 	return err
@@ -147,7 +152,7 @@ func (c *consumer) loop(ctx context.Context) error {
 		// and the published copy when it is due. The batch being applied
 		// ends first when either waits for it.
 		var err error
-		if c.flight != nil && (c.flight.landed() || len(c.checks) > 0 || c.pub.waiting(c.kafka.Behind())) {
+		if f := c.flight; f != nil && (f.landed() || len(c.checks) > 0 || c.pub.waiting(c.kafka.Behind(), f.batch.Watermark != nil)) {
 			err = c.settle(ctx)
 		}
 		if err == nil && c.flight == nil {
@@ -665,7 +670,16 @@ func (c *consumer) syncSchemas(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if len(recs) == 0 && !reset && c.stateCopy != nil && c.stateCopy.Snapshotted && c.stateCopy.Slot == c.slot {
+		moved := len(recs) > 0 || reset
+		if !moved && (c.stateCopy == nil || !c.stateCopy.Snapshotted || c.stateCopy.Slot != c.slot) {
+			// During a snapshot: has the source's state moved on?
+			state, err := c.kafka.SourceState(ctx)
+			if err != nil {
+				return err
+			}
+			moved = state != nil && (c.stateCopy == nil || !equalState(state, c.stateCopy))
+		}
+		if !moved {
 			return nil
 		}
 		if err := c.settle(ctx); err != nil {

@@ -154,9 +154,10 @@ func (p *publisher) due(ctx context.Context, behind bool) error {
 }
 
 // waiting says whether due has something to do that the batch being
-// applied must end for: a copy due by the clock, or the outcome of the
-// one published.
-func (p *publisher) waiting(behind bool) bool {
+// applied must end for: the outcome of the copy published, or a copy due
+// by the clock that the batch, consistent or not, would allow (due asks
+// the warehouse, which the batch is changing meanwhile).
+func (p *publisher) waiting(behind, consistent bool) bool {
 	if p == nil {
 		return false
 	}
@@ -167,7 +168,7 @@ func (p *publisher) waiting(behind bool) bool {
 	if behind {
 		next = p.nextBehind
 	}
-	return !time.Now().Before(next)
+	return consistent && !time.Now().Before(next)
 }
 
 // refresh refreshes the marts that wait for the next copy now, before

@@ -88,3 +88,30 @@ func TestPublisherCopiesBetweenBatches(t *testing.T) {
 		t.Errorf("a copy began before its interval (%v)", err)
 	}
 }
+
+// TestPublisherWaitsOnlyForWhatItCanUse: the consumer ends the batch being
+// applied early only for a copy that batch allows (one due by the clock,
+// after a consistent batch) or for the outcome of the copy published:
+// otherwise a backlog of batches cut inside large transactions would
+// apply one batch at a time.
+func TestPublisherWaitsOnlyForWhatItCanUse(t *testing.T) {
+	p := &publisher{next: time.Now().Add(time.Hour), nextBehind: time.Now().Add(-time.Second)}
+	for _, c := range []struct {
+		behind, consistent, want bool
+	}{{false, true, false}, {true, true, true}, {true, false, false}} {
+		if got := p.waiting(c.behind, c.consistent); got != c.want {
+			t.Errorf("waiting(behind %t, consistent %t) = %t, want %t", c.behind, c.consistent, got, c.want)
+		}
+	}
+	p.running = make(chan error, 1)
+	if p.waiting(true, true) {
+		t.Error("waiting while the copy is being published")
+	}
+	p.running <- nil
+	if !p.waiting(false, false) {
+		t.Error("not waiting for the published copy's outcome")
+	}
+	if (*publisher)(nil).waiting(true, true) {
+		t.Error("waiting without a publisher")
+	}
+}

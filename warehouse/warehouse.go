@@ -31,7 +31,7 @@ import (
 type Warehouse struct {
 	path string
 	db   *sql.DB
-	conn *sql.Conn // temp staging tables live on this one connection
+	conn *sql.Conn // a batch's TEMP tables live on this one connection
 	lake *lake.Lake
 	log  *slog.Logger
 	// spill is where an in-memory warehouse (an asof answer) spills past
