@@ -140,6 +140,16 @@ func TestStatusListsTheRulesThatHeldMostFirst(t *testing.T) {
 	}
 }
 
+// TestAgesReadAlike: the ages status prints carry one precision for
+// their size (22.031s beside 22.59s read oddly).
+func TestAgesReadAlike(t *testing.T) {
+	for s, want := range map[float64]string{0.25: "250ms", 22.031: "22s", 22.59: "22.6s", 95.4: "1m35s", 7200.2: "2h0m0s"} {
+		if got := ago(s); got != want {
+			t.Errorf("ago(%v) = %q, want %q", s, got, want)
+		}
+	}
+}
+
 // TestStatusSaysHowTheSlotIsRead: connected or not, and the lag only when
 // PostgreSQL measures one.
 func TestStatusSaysHowTheSlotIsRead(t *testing.T) {

@@ -102,7 +102,16 @@ func printStatus(w io.Writer, r *pipeline.StatusReport) {
 	}
 }
 
-// ago writes seconds as a short duration.
+// ago writes seconds as a short duration, to a tenth of a second below a
+// minute (milliseconds below one second), to the second above: ages side
+// by side read alike.
 func ago(s float64) string {
-	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
+	d := time.Duration(s * float64(time.Second))
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
 }
