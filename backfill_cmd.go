@@ -52,13 +52,29 @@ func backfillCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if opts.All {
-				fmt.Fprintf(os.Stdout, "rebuilt %s from the lake: %d events in %.2f s (%.0f events/s), %d quarantined, %d lake files adopted\n",
-					st.Path, st.Events, st.Seconds, float64(st.Events)/max(st.Seconds, 1e-9), st.Quarantined, st.Adopted)
+			if line := backfillSummary(opts, st); line != "" {
+				fmt.Fprintln(os.Stdout, line)
 			}
 			return nil
 		},
 	}
+}
+
+// backfillSummary is the line a backfill prints: what it rebuilt or
+// replaced ("" when the lake held nothing of the days: a warning said so).
+func backfillSummary(opts pipeline.BackfillOptions, st pipeline.BackfillStats) string {
+	days := opts.From.Format(time.DateOnly) + " to " + opts.To.Format(time.DateOnly)
+	switch {
+	case opts.All:
+		return fmt.Sprintf("rebuilt %s from the lake: %d events in %.2f s (%.0f events/s), %d quarantined, %d lake files adopted",
+			st.Path, st.Events, st.Seconds, float64(st.Events)/max(st.Seconds, 1e-9), st.Quarantined, st.Adopted)
+	case opts.Mart != "":
+		return fmt.Sprintf("recomputed gold.%s for %s in %s in %.2f s", opts.Mart, days, st.Path, st.Seconds)
+	case st.Events == 0:
+		return ""
+	}
+	return fmt.Sprintf("backfilled %s in %s from the lake (%d events replayed): %d keys' silver rows and history replaced, %d marts recomputed, in %.2f s",
+		days, st.Path, st.Events, st.Slice.Keys, st.Slice.Marts, st.Seconds)
 }
 
 // day parses a --from or --to flag.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -181,5 +182,25 @@ func TestBadMetricsAddrStopsBeforeAnythingStarts(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "data", "pg")); !os.IsNotExist(err) {
 		t.Fatalf("the embedded PostgreSQL was set up before the address was checked (%v)", err)
+	}
+}
+
+// TestBackfillOfDaysSaysWhatItDid: backfill --from/--to prints a line of
+// what it replaced, as --all does; nothing when the lake held none of the
+// days (a warning said so).
+func TestBackfillOfDaysSaysWhatItDid(t *testing.T) {
+	from, to := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC), time.Date(2026, 11, 3, 0, 0, 0, 0, time.UTC)
+	st := pipeline.BackfillStats{Path: "w.duckdb", Seconds: 1.5, Slice: warehouse.SliceStats{Keys: 12, Marts: 3}}
+	st.Events = 900
+	for want, opts := range map[string]pipeline.BackfillOptions{
+		"backfilled 2026-11-02 to 2026-11-03 in w.duckdb from the lake (900 events replayed): 12 keys' silver rows and history replaced, 3 marts recomputed, in 1.50 s": {From: from, To: to},
+		"recomputed gold.daily_revenue for 2026-11-02 to 2026-11-03 in w.duckdb in 1.50 s":                                                                              {From: from, To: to, Mart: "daily_revenue"},
+	} {
+		if got := backfillSummary(opts, st); got != want {
+			t.Errorf("backfillSummary(%+v) = %q, want %q", opts, got, want)
+		}
+	}
+	if got := backfillSummary(pipeline.BackfillOptions{From: from, To: to}, pipeline.BackfillStats{}); got != "" {
+		t.Errorf("a backfill of days the lake lacks printed %q", got)
 	}
 }

@@ -37,6 +37,8 @@ type BackfillStats struct {
 	// Adopted counts lake files lakeflow.lake_files did not list.
 	Adopted int
 	Path    string
+	// Slice is what a backfill of days replaced.
+	Slice warehouse.SliceStats
 }
 
 // replayChunk is how many events a backfill applies per transaction.
@@ -311,6 +313,6 @@ func backfillRange(ctx context.Context, cfg *config.Config, opts BackfillOptions
 	}
 	log.Info("backfill of days done", "from", opts.From.Format(time.DateOnly), "to", opts.To.Format(time.DateOnly),
 		"keys", sl.Keys, "marts", sl.Marts)
-	st.Seconds, st.Path = time.Since(t0).Seconds(), cfg.Warehouse.Path
+	st.Seconds, st.Path, st.Slice = time.Since(t0).Seconds(), cfg.Warehouse.Path, sl
 	return st, wh.Close()
 }
