@@ -185,6 +185,25 @@ func TestBadMetricsAddrStopsBeforeAnythingStarts(t *testing.T) {
 	}
 }
 
+// TestRefreshOfNoMartStopsBeforeAnythingStarts: a gold.refresh entry
+// naming no mart is said, with the marts there are, before PostgreSQL or
+// Kafka start.
+func TestRefreshOfNoMartStopsBeforeAnythingStarts(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "lakeflow.toml")
+	if err := os.WriteFile(file, []byte("data_dir = \"data\"\n[gold.refresh]\ndaily_revenu = \"1m\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := newApp().Run([]string{"lakeflow", "--config", file, "run"})
+	if exitCode(err) != exitConfig || !strings.Contains(fmt.Sprint(err), "gold.refresh.daily_revenu: there is no mart daily_revenu") ||
+		!strings.Contains(fmt.Sprint(err), "daily_revenue") {
+		t.Fatalf("run with gold.refresh of no mart: exit %d, %v", exitCode(err), err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", "pg")); !os.IsNotExist(err) {
+		t.Fatalf("the embedded PostgreSQL was set up before gold.refresh was checked (%v)", err)
+	}
+}
+
 // TestBackfillOfDaysSaysWhatItDid: backfill --from/--to prints a line of
 // what it replaced, as --all does; nothing when the lake held none of the
 // days (a warning said so).

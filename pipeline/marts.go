@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
@@ -14,7 +17,8 @@ import (
 )
 
 // loadMarts reads the gold marts of gold.dir, or the demo's built into
-// lakeflow when gold.dir was not set and does not exist.
+// lakeflow when gold.dir was not set and does not exist, and checks that
+// gold.refresh names only marts there are.
 func loadMarts(cfg *config.Config) ([]gold.Mart, error) {
 	var fsys fs.FS = os.DirFS(cfg.Gold.Dir)
 	dir := cfg.Gold.Dir
@@ -27,6 +31,15 @@ func loadMarts(cfg *config.Config) ([]gold.Mart, error) {
 	marts, err := gold.Load(fsys, dir)
 	if err != nil {
 		return nil, fmt.Errorf("%w: gold marts: %v", fault.ErrConfig, err)
+	}
+	var names []string
+	for _, m := range marts {
+		names = append(names, m.Name)
+	}
+	for _, name := range slices.Sorted(maps.Keys(cfg.Gold.Refresh)) {
+		if !slices.Contains(names, name) {
+			return nil, fmt.Errorf("%w: gold.refresh.%s: there is no mart %s in %s (its marts: %s)", fault.ErrConfig, name, name, dir, strings.Join(names, ", "))
+		}
 	}
 	return marts, nil
 }

@@ -50,6 +50,10 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	if err != nil {
 		return err
 	}
+	// The marts' files and gold.refresh, before anything starts.
+	if _, err := loadMarts(cfg); err != nil {
+		return err
+	}
 	var metricsLn net.Listener
 	if opts.MetricsAddr != "" {
 		if metricsLn, err = listenMetrics(opts.MetricsAddr); err != nil {

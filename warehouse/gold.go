@@ -85,11 +85,6 @@ func (w *Warehouse) SetMarts(ctx context.Context, marts []gold.Mart, refresh map
 		}
 		w.marts = append(w.marts, m)
 	}
-	for name := range refresh {
-		if !slices.ContainsFunc(marts, func(m gold.Mart) bool { return m.Name == name }) {
-			problems = append(problems, fmt.Errorf("gold.refresh.%s: there is no mart %s", name, name))
-		}
-	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%w: gold marts: %w", fault.ErrConfig, errors.Join(problems...))
 	}
