@@ -39,10 +39,27 @@ const (
 func main() {
 	app := newApp()
 	err := app.Run(flagsFirst(app, os.Args))
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "lakeflow: %s\n", fault.OneLine(err.Error()))
-	}
+	reportError(os.Stderr, jsonLog, err)
 	os.Exit(exitCode(err))
+}
+
+// jsonLog is the logger setup made for --log-format json: the error a
+// command ends with is then one more JSON record, so that a log read as
+// JSON lines stays one to its end.
+var jsonLog *slog.Logger
+
+// reportError writes the error a command ended with as one line: plain
+// text, or a record of log when set.
+func reportError(w io.Writer, log *slog.Logger, err error) {
+	if err == nil {
+		return
+	}
+	msg := fault.OneLine(err.Error())
+	if log != nil {
+		log.Error("lakeflow stopped", "err", msg, "exit", exitCode(err))
+		return
+	}
+	fmt.Fprintf(w, "lakeflow: %s\n", msg)
 }
 
 func newApp() *cli.App {
@@ -345,6 +362,7 @@ func setup(c *cli.Context) (*config.Config, *slog.Logger, error) {
 		handler = slog.NewTextHandler(out, &slog.HandlerOptions{Level: level})
 	case "json":
 		handler = slog.NewJSONHandler(out, &slog.HandlerOptions{Level: level})
+		jsonLog = slog.New(handler)
 	default:
 		return nil, nil, fmt.Errorf("%w: --log-format %q: want text or json", fault.ErrConfig, f)
 	}

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -221,5 +223,30 @@ func TestBackfillOfDaysSaysWhatItDid(t *testing.T) {
 	}
 	if got := backfillSummary(pipeline.BackfillOptions{From: from, To: to}, pipeline.BackfillStats{}); got != "" {
 		t.Errorf("a backfill of days the lake lacks printed %q", got)
+	}
+}
+
+// TestFinalErrorFollowsTheLogFormat: with --log-format json the error a
+// command ends with is one more JSON record (exit code and all); without,
+// one plain line.
+func TestFinalErrorFollowsTheLogFormat(t *testing.T) {
+	defer func() { jsonLog = nil }()
+	err := newApp().Run([]string{"lakeflow", "--log-format", "json", "--config", filepath.Join(t.TempDir(), "none.toml"), "status"})
+	if err == nil || jsonLog == nil {
+		t.Fatalf("status with a missing config and --log-format json: %v, JSON logger %v", err, jsonLog)
+	}
+	var out strings.Builder
+	reportError(&out, slog.New(slog.NewJSONHandler(&out, nil)), err)
+	var rec struct {
+		Level, Msg, Err string
+		Exit            int
+	}
+	if jerr := json.Unmarshal([]byte(out.String()), &rec); jerr != nil || rec.Level != "ERROR" || rec.Err != fault.OneLine(err.Error()) || rec.Exit != exitCode(err) {
+		t.Fatalf("the final error as JSON: %q (%v)", out.String(), jerr)
+	}
+	out.Reset()
+	reportError(&out, nil, err)
+	if want := "lakeflow: " + fault.OneLine(err.Error()) + "\n"; out.String() != want {
+		t.Fatalf("the final error as text: %q, want %q", out.String(), want)
 	}
 }
