@@ -63,6 +63,9 @@ func newMetrics(wh *warehouse.Warehouse) *metrics {
 	m.consistentSeq = gauge("consistent_cdc_seq", "The source position (_cdc_seq) of the last consistent batch.")
 	m.pending = gauge("pending_events", "Events consumed from Kafka and not yet applied.")
 	m.publish = gauge("published_timestamp_seconds", "When warehouse.path was last published (Unix time).")
+	// Where the warehouse stands from the start, not from the first batch
+	// of this run.
+	m.consistentSeq.Set(float64(wh.Floor()))
 	return m
 }
 

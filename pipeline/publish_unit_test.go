@@ -115,3 +115,36 @@ func TestPublisherWaitsOnlyForWhatItCanUse(t *testing.T) {
 		t.Error("waiting without a publisher")
 	}
 }
+
+// TestMetricsStartWhereTheWarehouseStands: after a restart the consistent
+// position is the warehouse's, before any batch of the run.
+func TestMetricsStartWhereTheWarehouseStands(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	lk, err := lake.Open(filepath.Join(dir, "lake"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wh, err := warehouse.Open(ctx, config.Warehouse{Path: filepath.Join(dir, "live.duckdb"), MemoryLimit: 256 << 20}, lk,
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wh.Close()
+	if err := wh.SetFloor(ctx, 4242, 0); err != nil {
+		t.Fatal(err)
+	}
+	fams, err := newMetrics(wh).reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := -1.0
+	for _, f := range fams {
+		if f.GetName() == "lakeflow_consistent_cdc_seq" {
+			got = f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	if got != 4242 {
+		t.Fatalf("lakeflow_consistent_cdc_seq at start: %v, want 4242", got)
+	}
+}
