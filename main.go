@@ -275,7 +275,14 @@ func contractsCommand() *cli.Command {
 }
 
 // usageError reports a bad flag in one line instead of the help text.
+// A "flag" with a space in it is an argument that starts with a dash (a
+// query beginning with a -- comment): it goes after --.
 func usageError(c *cli.Context, err error, _ bool) error {
+	const undefined = "flag provided but not defined: "
+	if msg := err.Error(); strings.HasPrefix(msg, undefined) && strings.ContainsAny(msg[len(undefined):], " \t\n") {
+		return fmt.Errorf("%w: an argument that starts with - is taken for a flag: put -- before it (%s [flags] -- '<argument>')",
+			fault.ErrConfig, commandPath(c))
+	}
 	return fmt.Errorf("%w: %v (see %s --help)", fault.ErrConfig, err, commandPath(c))
 }
 

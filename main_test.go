@@ -206,6 +206,18 @@ func TestRefreshOfNoMartStopsBeforeAnythingStarts(t *testing.T) {
 	}
 }
 
+// TestArgumentStartingWithADash: a query that begins with a -- comment
+// is taken for a flag by the flag parser; the error says to put -- first.
+func TestArgumentStartingWithADash(t *testing.T) {
+	err := newApp().Run([]string{"lakeflow", "sql", "-- the newest orders\nSELECT 1"})
+	if exitCode(err) != exitConfig || !strings.Contains(fmt.Sprint(err), "put -- before it (lakeflow sql [flags] -- '<argument>')") {
+		t.Fatalf("lakeflow sql '-- …': exit %d, %v", exitCode(err), err)
+	}
+	if err := newApp().Run([]string{"lakeflow", "sql", "--nosuch"}); !strings.Contains(fmt.Sprint(err), "flag provided but not defined: -nosuch") {
+		t.Fatalf("lakeflow sql --nosuch: %v", err)
+	}
+}
+
 // TestBackfillOfDaysSaysWhatItDid: backfill --from/--to prints a line of
 // what it replaced, as --all does; nothing when the lake held none of the
 // days (a warning said so).
