@@ -168,10 +168,15 @@ func InitCatalog(ctx context.Context, cfg *config.Config, log *slog.Logger) ([]s
 	if err := os.MkdirAll(cfg.Catalog.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: create catalog.dir %s: %v", fault.ErrEnvironment, cfg.Catalog.Dir, err)
 	}
-	var written []string
+	var written, kept []string
+	defer func() {
+		if len(kept) > 0 {
+			log.Info("datasets that already have a catalog entry, left alone", "count", len(kept), "datasets", strings.Join(kept, ", "))
+		}
+	}()
 	for _, d := range derived {
-		if e := have.Find(d.Name); e != nil {
-			log.Info("dataset already has a catalog entry", "dataset", d.Name, "file", e.File)
+		if have.Find(d.Name) != nil {
+			kept = append(kept, d.Name)
 			continue
 		}
 		path := filepath.Join(cfg.Catalog.Dir, catalog.FileName(d.Name))

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/lakeflow/lakeflow/contracts"
 	"github.com/lakeflow/lakeflow/pipeline/config"
@@ -23,15 +24,19 @@ func InitContracts(ctx context.Context, cfg *config.Config, table string, log *s
 		return nil, err
 	}
 	var todo []config.Table
+	var kept []string
 	for _, t := range cfg.Source.Tables {
 		if table != "" && t.String() != table {
 			continue
 		}
-		if c := set[t.String()]; c != nil {
-			log.Info("table already has a contract", "table", t.String(), "file", c.File)
+		if set[t.String()] != nil {
+			kept = append(kept, t.String())
 			continue
 		}
 		todo = append(todo, t)
+	}
+	if len(kept) > 0 {
+		log.Info("tables that already have a contract, left alone", "count", len(kept), "tables", strings.Join(kept, ", "))
 	}
 	if table != "" && len(todo) == 0 && set[table] == nil {
 		return nil, fmt.Errorf("%w: --table %s is not in source.tables", fault.ErrConfig, table)
