@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/lakeflow/lakeflow/pipeline"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
-	"github.com/lakeflow/lakeflow/warehouse"
 )
 
 // The failures of lakeflow check, one exit code each (exitCode).
@@ -56,7 +56,7 @@ func checkCommand() *cli.Command {
 				if err := printJSON(report); err != nil {
 					return err
 				}
-			} else if err := printReport(report); err != nil {
+			} else if err := printReport(os.Stdout, report); err != nil {
 				return err
 			}
 			if part := report.Failed(); part != "" {
@@ -67,32 +67,39 @@ func checkCommand() *cli.Command {
 	}
 }
 
-// printReport prints the findings as a table, errors first, then a
-// summary line.
-func printReport(r *pipeline.CheckReport) error {
+// printReport prints the findings, errors first, a block each (a table
+// of them was wider than any terminal: messages and fixes are sentences),
+// then a summary line.
+func printReport(w io.Writer, r *pipeline.CheckReport) error {
 	errs, warns, passed := 0, 0, 0
 	for _, n := range r.Passed {
 		passed += n
 	}
-	if len(r.Findings) > 0 {
-		res := warehouse.Result{Columns: []string{"severity", "part", "check", "dataset", "count", "what", "fix"}}
-		for _, f := range r.Findings {
-			if f.Severity == "error" {
-				errs++
-			} else {
-				warns++
-			}
-			what := f.Message
-			if len(f.Examples) > 0 {
-				what = strings.TrimSuffix(what, ".") + "; e.g. " + strings.Join(f.Examples, ", ")
-			}
-			vals := []string{f.Severity, f.Part, f.Check, f.Dataset, fmt.Sprint(f.Count), what, f.Fix}
-			res.Rows = append(res.Rows, textRow(vals...))
+	for _, f := range r.Findings {
+		if f.Severity == "error" {
+			errs++
+		} else {
+			warns++
 		}
-		if err := printResult(os.Stdout, res, "text"); err != nil {
+		head := []string{f.Severity, f.Part, f.Check}
+		if f.Dataset != "" {
+			head = append(head, f.Dataset)
+		}
+		if f.Count > 0 {
+			head = append(head, fmt.Sprint(f.Count))
+		}
+		what := f.Message
+		if len(f.Examples) > 0 {
+			what = strings.TrimSuffix(what, ".") + "; e.g. " + strings.Join(f.Examples, ", ")
+		}
+		fix := ""
+		if f.Fix != "" {
+			fix = "\n  fix: " + f.Fix
+		}
+		if _, err := fmt.Fprintf(w, "%s\n  %s%s\n\n", strings.Join(head, " · "), what, fix); err != nil {
 			return err
 		}
 	}
-	_, err := fmt.Fprintf(os.Stdout, "%d checks passed, %d failed, %d warnings (%.1f s)\n", passed, errs, warns, r.Seconds)
+	_, err := fmt.Fprintf(w, "%d checks passed, %d failed, %d warnings (%.1f s)\n", passed, errs, warns, r.Seconds)
 	return err
 }

@@ -262,3 +262,30 @@ func TestFinalErrorFollowsTheLogFormat(t *testing.T) {
 		t.Fatalf("the final error as text: %q, want %q", out.String(), want)
 	}
 }
+
+// TestCheckReportIsABlockPerFinding: each finding is a heading line
+// (severity · part · check · dataset · count), what was found with its
+// examples, and the fix; then the summary line.
+func TestCheckReportIsABlockPerFinding(t *testing.T) {
+	r := &pipeline.CheckReport{Passed: map[string]int{"data": 4, "catalog": 2}, Seconds: 1.25, Findings: []pipeline.Finding{
+		{Part: "data", Check: "orders.total_matches_items", Severity: "error", Dataset: "silver.orders", Count: 2,
+			Examples: []string{"7: 500 ≠ 450", "9: 10 ≠ 12"}, Message: "An order's total is the sum of its lines.", Fix: "correct the rows named"},
+		{Part: "catalog", Check: "catalog.owner", Severity: "warning", Message: "gold.x has no owner"},
+	}}
+	var out strings.Builder
+	if err := printReport(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	want := `error · data · orders.total_matches_items · silver.orders · 2
+  An order's total is the sum of its lines; e.g. 7: 500 ≠ 450, 9: 10 ≠ 12
+  fix: correct the rows named
+
+warning · catalog · catalog.owner
+  gold.x has no owner
+
+6 checks passed, 1 failed, 1 warnings (1.2 s)
+`
+	if out.String() != want {
+		t.Fatalf("check printed\n%s\nwant\n%s", out.String(), want)
+	}
+}
