@@ -73,8 +73,8 @@ func backfillSummary(opts pipeline.BackfillOptions, st pipeline.BackfillStats) s
 	case st.Events == 0:
 		return ""
 	}
-	return fmt.Sprintf("backfilled %s in %s from the lake (%d events replayed): %d keys' silver rows and history replaced, %d marts recomputed, in %.2f s",
-		days, st.Path, st.Events, st.Slice.Keys, st.Slice.Marts, st.Seconds)
+	return fmt.Sprintf("backfilled %s in %s: %d keys' silver rows replaced (and their history), %d marts recomputed, in %.2f s (the lake's %d events replayed whole)",
+		days, st.Path, st.Slice.Keys, st.Slice.Marts, st.Seconds, st.Events)
 }
 
 // day parses a --from or --to flag.

@@ -92,11 +92,14 @@ func printReport(w io.Writer, r *pipeline.CheckReport) error {
 		if len(f.Examples) > 0 {
 			what = strings.TrimSuffix(what, ".") + "; e.g. " + strings.Join(f.Examples, ", ")
 		}
-		fix := ""
+		lines := []string{what}
 		if f.Fix != "" {
-			fix = "\n  fix: " + f.Fix
+			lines = append(lines, "fix: "+f.Fix)
 		}
-		if _, err := fmt.Fprintf(w, "%s\n  %s%s\n\n", strings.Join(head, " · "), what, fix); err != nil {
+		// A message of several lines (the problems of several files)
+		// stays inside its block.
+		body := strings.ReplaceAll(strings.TrimRight(strings.Join(lines, "\n"), "\n"), "\n", "\n  ")
+		if _, err := fmt.Fprintf(w, "%s\n  %s\n\n", strings.Join(head, " · "), body); err != nil {
 			return err
 		}
 	}

@@ -39,24 +39,40 @@ const (
 func main() {
 	app := newApp()
 	err := app.Run(flagsFirst(app, os.Args))
-	reportError(os.Stderr, jsonLog, err)
+	reportError(os.Stderr, jsonAsked(os.Args), err)
 	os.Exit(exitCode(err))
 }
 
-// jsonLog is the logger setup made for --log-format json: the error a
-// command ends with is then one more JSON record, so that a log read as
-// JSON lines stays one to its end.
-var jsonLog *slog.Logger
+// jsonAsked says whether the arguments ask for --log-format json, read
+// from them rather than from the command's flags: a usage error or a bad
+// --log-level ends the command before its flags are.
+func jsonAsked(args []string) bool {
+	for i, a := range args {
+		name, value, eq := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if a == "--" {
+			break
+		}
+		if strings.HasPrefix(a, "-") && name == "log-format" {
+			if !eq && i+1 < len(args) {
+				value = args[i+1]
+			}
+			return value == "json"
+		}
+	}
+	return false
+}
 
 // reportError writes the error a command ended with as one line: plain
-// text, or a record of log when set.
-func reportError(w io.Writer, log *slog.Logger, err error) {
+// text, or with asJSON a JSON record as --log-format json writes them,
+// whatever --log-level (so that a log read as JSON lines stays one to
+// its end).
+func reportError(w io.Writer, asJSON bool, err error) {
 	if err == nil {
 		return
 	}
 	msg := fault.OneLine(err.Error())
-	if log != nil {
-		log.Error("lakeflow stopped", "err", msg, "exit", exitCode(err))
+	if asJSON {
+		slog.New(slog.NewJSONHandler(w, nil)).Error("lakeflow stopped", "err", msg, "exit", exitCode(err))
 		return
 	}
 	fmt.Fprintf(w, "lakeflow: %s\n", msg)
@@ -280,8 +296,9 @@ func contractsCommand() *cli.Command {
 func usageError(c *cli.Context, err error, _ bool) error {
 	const undefined = "flag provided but not defined: "
 	if msg := err.Error(); strings.HasPrefix(msg, undefined) && strings.ContainsAny(msg[len(undefined):], " \t\n") {
-		return fmt.Errorf("%w: an argument that starts with - is taken for a flag: put -- before it (%s [flags] -- '<argument>')",
-			fault.ErrConfig, commandPath(c))
+		arg, _, _ := strings.Cut(msg[len(undefined):], "\n")
+		return fmt.Errorf("%w: %q is not a flag (it holds a space): an argument that starts with - goes after -- (%s [flags] -- '<argument>')",
+			fault.ErrConfig, "-"+arg, commandPath(c))
 	}
 	return fmt.Errorf("%w: %v (see %s --help)", fault.ErrConfig, err, commandPath(c))
 }
@@ -369,7 +386,6 @@ func setup(c *cli.Context) (*config.Config, *slog.Logger, error) {
 		handler = slog.NewTextHandler(out, &slog.HandlerOptions{Level: level})
 	case "json":
 		handler = slog.NewJSONHandler(out, &slog.HandlerOptions{Level: level})
-		jsonLog = slog.New(handler)
 	default:
 		return nil, nil, fmt.Errorf("%w: --log-format %q: want text or json", fault.ErrConfig, f)
 	}

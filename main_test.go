@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -210,7 +209,7 @@ func TestRefreshOfNoMartStopsBeforeAnythingStarts(t *testing.T) {
 // is taken for a flag by the flag parser; the error says to put -- first.
 func TestArgumentStartingWithADash(t *testing.T) {
 	err := newApp().Run([]string{"lakeflow", "sql", "-- the newest orders\nSELECT 1"})
-	if exitCode(err) != exitConfig || !strings.Contains(fmt.Sprint(err), "put -- before it (lakeflow sql [flags] -- '<argument>')") {
+	if exitCode(err) != exitConfig || !strings.Contains(fmt.Sprint(err), `"-- the newest orders" is not a flag (it holds a space): an argument that starts with - goes after -- (lakeflow sql [flags] -- '<argument>')`) {
 		t.Fatalf("lakeflow sql '-- …': exit %d, %v", exitCode(err), err)
 	}
 	if err := newApp().Run([]string{"lakeflow", "sql", "--nosuch"}); !strings.Contains(fmt.Sprint(err), "flag provided but not defined: -nosuch") {
@@ -226,8 +225,8 @@ func TestBackfillOfDaysSaysWhatItDid(t *testing.T) {
 	st := pipeline.BackfillStats{Path: "w.duckdb", Seconds: 1.5, Slice: warehouse.SliceStats{Keys: 12, Marts: 3}}
 	st.Events = 900
 	for want, opts := range map[string]pipeline.BackfillOptions{
-		"backfilled 2026-11-02 to 2026-11-03 in w.duckdb from the lake (900 events replayed): 12 keys' silver rows and history replaced, 3 marts recomputed, in 1.50 s": {From: from, To: to},
-		"recomputed gold.daily_revenue for 2026-11-02 to 2026-11-03 in w.duckdb in 1.50 s":                                                                              {From: from, To: to, Mart: "daily_revenue"},
+		"backfilled 2026-11-02 to 2026-11-03 in w.duckdb: 12 keys' silver rows replaced (and their history), 3 marts recomputed, in 1.50 s (the lake's 900 events replayed whole)": {From: from, To: to},
+		"recomputed gold.daily_revenue for 2026-11-02 to 2026-11-03 in w.duckdb in 1.50 s":                                                                                         {From: from, To: to, Mart: "daily_revenue"},
 	} {
 		if got := backfillSummary(opts, st); got != want {
 			t.Errorf("backfillSummary(%+v) = %q, want %q", opts, got, want)
@@ -238,17 +237,29 @@ func TestBackfillOfDaysSaysWhatItDid(t *testing.T) {
 	}
 }
 
-// TestFinalErrorFollowsTheLogFormat: with --log-format json the error a
-// command ends with is one more JSON record (exit code and all); without,
-// one plain line.
+// TestFinalErrorFollowsTheLogFormat: with --log-format json (however
+// written, and whatever ended the command: a usage error too) the error
+// a command ends with is one more JSON record, exit code and all, even
+// under --log-level above error; without, one plain line.
 func TestFinalErrorFollowsTheLogFormat(t *testing.T) {
-	defer func() { jsonLog = nil }()
-	err := newApp().Run([]string{"lakeflow", "--log-format", "json", "--config", filepath.Join(t.TempDir(), "none.toml"), "status"})
-	if err == nil || jsonLog == nil {
-		t.Fatalf("status with a missing config and --log-format json: %v, JSON logger %v", err, jsonLog)
+	for args, want := range map[string]bool{
+		"lakeflow --log-format json run":               true,
+		"lakeflow run --log-format=json --log-level x": true,
+		"lakeflow -log-format json status":             true,
+		"lakeflow --log-format text run":               false,
+		"lakeflow sql -- --log-format json":            false,
+		"lakeflow run":                                 false,
+	} {
+		if got := jsonAsked(strings.Fields(args)); got != want {
+			t.Errorf("jsonAsked(%q) = %t, want %t", args, got, want)
+		}
+	}
+	err := newApp().Run([]string{"lakeflow", "--log-format", "json", "--log-level", "error+4", "status", "--nosuch"})
+	if err == nil {
+		t.Fatal("status --nosuch: no error")
 	}
 	var out strings.Builder
-	reportError(&out, slog.New(slog.NewJSONHandler(&out, nil)), err)
+	reportError(&out, true, err)
 	var rec struct {
 		Level, Msg, Err string
 		Exit            int
@@ -257,7 +268,7 @@ func TestFinalErrorFollowsTheLogFormat(t *testing.T) {
 		t.Fatalf("the final error as JSON: %q (%v)", out.String(), jerr)
 	}
 	out.Reset()
-	reportError(&out, nil, err)
+	reportError(&out, false, err)
 	if want := "lakeflow: " + fault.OneLine(err.Error()) + "\n"; out.String() != want {
 		t.Fatalf("the final error as text: %q, want %q", out.String(), want)
 	}
@@ -271,6 +282,7 @@ func TestCheckReportIsABlockPerFinding(t *testing.T) {
 		{Part: "data", Check: "orders.total_matches_items", Severity: "error", Dataset: "silver.orders", Count: 2,
 			Examples: []string{"7: 500 ≠ 450", "9: 10 ≠ 12"}, Message: "An order's total is the sum of its lines.", Fix: "correct the rows named"},
 		{Part: "catalog", Check: "catalog.owner", Severity: "warning", Message: "gold.x has no owner"},
+		{Part: "contracts", Check: "contracts.valid", Severity: "error", Message: "a.toml:2: bad\nb.toml:5: worse", Fix: "correct them"},
 	}}
 	var out strings.Builder
 	if err := printReport(&out, r); err != nil {
@@ -283,7 +295,12 @@ func TestCheckReportIsABlockPerFinding(t *testing.T) {
 warning · catalog · catalog.owner
   gold.x has no owner
 
-6 checks passed, 1 failed, 1 warnings (1.2 s)
+error · contracts · contracts.valid
+  a.toml:2: bad
+  b.toml:5: worse
+  fix: correct them
+
+6 checks passed, 2 failed, 1 warnings (1.2 s)
 `
 	if out.String() != want {
 		t.Fatalf("check printed\n%s\nwant\n%s", out.String(), want)

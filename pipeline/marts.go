@@ -32,14 +32,21 @@ func loadMarts(cfg *config.Config) ([]gold.Mart, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: gold marts: %v", fault.ErrConfig, err)
 	}
-	var names []string
+	var names, problems []string
 	for _, m := range marts {
 		names = append(names, m.Name)
 	}
 	for _, name := range slices.Sorted(maps.Keys(cfg.Gold.Refresh)) {
 		if !slices.Contains(names, name) {
-			return nil, fmt.Errorf("%w: gold.refresh.%s: there is no mart %s in %s (its marts: %s)", fault.ErrConfig, name, name, dir, strings.Join(names, ", "))
+			problems = append(problems, fmt.Sprintf("gold.refresh.%s: there is no mart %s", name, name))
 		}
+	}
+	if len(problems) > 0 {
+		have := "it has none"
+		if len(names) > 0 {
+			have = "its marts: " + strings.Join(names, ", ")
+		}
+		return nil, fmt.Errorf("%w: %s in %s (%s)", fault.ErrConfig, strings.Join(problems, "; "), dir, have)
 	}
 	return marts, nil
 }
