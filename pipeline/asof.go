@@ -20,6 +20,7 @@ import (
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/kafka"
 	"github.com/lakeflow/lakeflow/pipeline/lake"
+	"github.com/lakeflow/lakeflow/sql/gold"
 	"github.com/lakeflow/lakeflow/warehouse"
 )
 
@@ -140,8 +141,14 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 	if err != nil {
 		return fail(err)
 	}
+	var marts []gold.Mart
+	if !silverOnly {
+		if marts, err = loadMarts(cfg); err != nil {
+			return fail(err)
+		}
+	}
 	if opts.Table != "" && asked == "" {
-		if err := knownRelation(cfg, ls, set, opts.Table); err != nil {
+		if err := knownRelation(cfg, ls, set, marts, opts.Table); err != nil {
 			return fail(err)
 		}
 	}
@@ -170,7 +177,7 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 		return fail(err)
 	}
 	if !silverOnly {
-		if err := setMarts(ctx, cfg, wh); err != nil {
+		if err := giveMarts(ctx, cfg, wh, marts); err != nil {
 			return fail(err)
 		}
 	}
@@ -389,7 +396,7 @@ func (a *AsOf) resolve(ctx context.Context, p position, ls warehouse.LakeState) 
 // the lake is replayed for it: a history table, a gold mart, the
 // quarantine; a captured table the lake holds no event of yet is said to
 // be one. A name with quotes is left to DuckDB.
-func knownRelation(cfg *config.Config, ls warehouse.LakeState, set contracts.Set, name string) error {
+func knownRelation(cfg *config.Config, ls warehouse.LakeState, set contracts.Set, marts []gold.Mart, name string) error {
 	if strings.ContainsAny(name, `"' `) {
 		return nil
 	}
@@ -399,10 +406,6 @@ func knownRelation(cfg *config.Config, ls warehouse.LakeState, set contracts.Set
 		if c := set.For(s.Table.Schema, s.Table.Name); c != nil && c.History {
 			others = append(others, "silver."+s.Table.Name+"_history")
 		}
-	}
-	marts, err := loadMarts(cfg)
-	if err != nil {
-		return err
 	}
 	for _, m := range marts {
 		others = append(others, "gold."+m.Name)

@@ -51,12 +51,17 @@ func loadMarts(cfg *config.Config) ([]gold.Mart, error) {
 	return marts, nil
 }
 
-// setMarts gives the warehouse the gold marts.
+// setMarts gives the warehouse the gold marts of gold.dir.
 func setMarts(ctx context.Context, cfg *config.Config, wh *warehouse.Warehouse) error {
 	marts, err := loadMarts(cfg)
 	if err != nil {
 		return err
 	}
+	return giveMarts(ctx, cfg, wh, marts)
+}
+
+// giveMarts gives the warehouse marts loadMarts read.
+func giveMarts(ctx context.Context, cfg *config.Config, wh *warehouse.Warehouse, marts []gold.Mart) error {
 	captured := make([]string, len(cfg.Source.Tables))
 	for i, t := range cfg.Source.Tables {
 		captured[i] = t.Name

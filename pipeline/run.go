@@ -51,7 +51,8 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		return err
 	}
 	// The marts' files and gold.refresh, before anything starts.
-	if _, err := loadMarts(cfg); err != nil {
+	marts, err := loadMarts(cfg)
+	if err != nil {
 		return err
 	}
 	var metricsLn net.Listener
@@ -103,7 +104,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	if err := wh.SetContracts(ctx, set); err != nil {
 		return err
 	}
-	if err := setMarts(ctx, cfg, wh); err != nil {
+	if err := giveMarts(ctx, cfg, wh, marts); err != nil {
 		return err
 	}
 	kcfg := kafka.Config{

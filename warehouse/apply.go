@@ -84,15 +84,6 @@ func (st *BatchStats) Add(b BatchStats) {
 	st.Commit += b.Commit
 }
 
-// Apply stages a batch's records and applies them (Stage, ApplyStaged).
-func (w *Warehouse) Apply(ctx context.Context, b Batch) (BatchStats, error) {
-	s, err := w.Stage(ctx, b.Records)
-	if err != nil {
-		return BatchStats{}, err
-	}
-	return w.ApplyStaged(ctx, b, s)
-}
-
 // ApplyStaged applies a staged batch in one DuckDB transaction. Before
 // it, the staged records are decoded into scratch tables, those that
 // cannot be applied set aside (dead letters), and each table's new events

@@ -112,6 +112,16 @@ func schemaPos(next int64) TopicPosition {
 	return TopicPosition{ID: "s", Next: map[int32]int64{0: next}}
 }
 
+// Apply stages a batch's records and applies them, as the consumer does
+// one batch after another.
+func (w *Warehouse) Apply(ctx context.Context, b Batch) (BatchStats, error) {
+	s, err := w.Stage(ctx, b.Records)
+	if err != nil {
+		return BatchStats{}, err
+	}
+	return w.ApplyStaged(ctx, b, s)
+}
+
 // batch makes recs one batch, not consistent (consistentBatch is).
 func batch(recs ...Record) Batch {
 	pos := TopicPosition{ID: "t", Next: map[int32]int64{}}
