@@ -84,14 +84,7 @@ func TestInterruptFinishesTheBatchAndExitsZero(t *testing.T) {
 func TestDemoOnEmbeddedDefaults(t *testing.T) {
 	// The embedded server may run as the postgres user, which must reach
 	// the directory (t.TempDir's parent is private).
-	dir, err := os.MkdirTemp("", "lakeflow-demo-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := pgtest.ReachableDir(t, "lakeflow-demo-")
 	pgPort, _ := pgtest.FreePort()
 	kafkaPort, _ := pgtest.FreePort()
 	file := filepath.Join(dir, "lakeflow.toml")

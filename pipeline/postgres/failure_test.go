@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -105,3 +107,24 @@ func TestBadCredentialsEndTheRun(t *testing.T) {
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// TestClusterPortInUse: a port another process holds is named as the
+// setting to change, not answered with the server's log.
+func TestClusterPortInUse(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	port := held.Addr().(*net.TCPAddr).Port
+	dir := pgtest.ReachableDir(t, "lakeflow-port-")
+	c, err := postgres.StartCluster(context.Background(), postgres.ClusterConfig{Dir: filepath.Join(dir, "pg"), Port: port, Ephemeral: true}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil {
+		c.Stop()
+		t.Fatal("the cluster started on a port another process holds")
+	}
+	want := fmt.Sprintf("source.port %d is already in use", port)
+	if !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "postgres.log") {
+		t.Fatalf("got %q, want one line saying %q", err, want)
+	}
+}

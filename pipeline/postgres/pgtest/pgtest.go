@@ -156,6 +156,22 @@ func (s *Server) NewDatabase(t testing.TB) string {
 	return s.cluster.DSN(name)
 }
 
+// ReachableDir returns a new temporary directory the postgres user can
+// reach, removed when the test ends (t.TempDir's parent is private, and a
+// root process runs the server as postgres).
+func ReachableDir(t testing.TB, pattern string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // FreePort returns a loopback TCP port that was free a moment ago.
 func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
