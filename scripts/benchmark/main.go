@@ -824,7 +824,12 @@ func runLakeflow(bin, cfgFile string, flags ...string) (string, *syscall.Rusage,
 	if err := cmd.Run(); err != nil {
 		return log.String(), nil, fmt.Errorf("lakeflow run: %v\n%s", err, log.String())
 	}
-	os.WriteFile(filepath.Join(filepath.Dir(cfgFile), "lakeflow.log"), []byte(log.String()), 0o644)
+	// Each configuration's runs are kept in its own log (lakeflow-N.log),
+	// one after another: the live run's batches, then a replay's.
+	if f, err := os.OpenFile(strings.TrimSuffix(cfgFile, ".toml")+".log", os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
+		f.WriteString(log.String())
+		f.Close()
+	}
 	return log.String(), cmd.ProcessState.SysUsage().(*syscall.Rusage), nil
 }
 
