@@ -52,7 +52,7 @@ type BatchStats struct {
 	Quarantined, Warned int
 	Stage               time.Duration // appending the envelopes
 	Decode              time.Duration // JSON to typed rows, dead letters set aside
-	Lake                time.Duration // writing and syncing lake files
+	Lake                time.Duration // writing and syncing lake files, beside rules to gold
 	Rules               time.Duration // contract rules and quarantine
 	History             time.Duration // SCD2 history
 	Gold                time.Duration // gold marts: touched partitions, refreshes
@@ -85,14 +85,15 @@ func (st *BatchStats) Add(b BatchStats) {
 }
 
 // ApplyStaged applies a staged batch in one DuckDB transaction. Before
-// it, the staged records are decoded into scratch tables, those that
-// cannot be applied set aside (dead letters), and each table's new events
-// written to lake files under staging names; in it, ApplyStaged records
-// the dead letters, holds back the changes that break a contract rule
-// (quarantine), merges the rest into silver and records the lake files,
-// the positions and the batch. The lake files reach their final names
-// only after the commit. A batch that fails leaves the warehouse as it
-// was; applying it again is a no-op for what it already holds.
+// it, the staged records are decoded into scratch tables and those that
+// cannot be applied set aside (dead letters); then each table's new
+// events are written to lake files under staging names, on a connection
+// of their own, while the transaction records the dead letters, holds
+// back the changes that break a contract rule (quarantine) and merges the
+// rest into silver; it records the lake files once they are written, the
+// positions and the batch. The lake files reach their final names only
+// after the commit. A batch that fails leaves the warehouse as it was;
+// applying it again is a no-op for what it already holds.
 //
 // It reads no record's Value (Stage has them) and runs to its end
 // whatever becomes of ctx: its work is bounded by its size (batch_events,
@@ -104,25 +105,29 @@ func (w *Warehouse) ApplyStaged(ctx context.Context, b Batch, s *Staged) (BatchS
 	ctx = context.WithoutCancel(ctx)
 	order, rows, err := w.decodeBatch(ctx, b.Records, s, &st, since)
 	close(s.read)
+	if err == nil {
+		err = w.narrow(ctx, order)
+	}
 	if err != nil {
 		return st, fmt.Errorf("batch: %w", err)
 	}
-	written, err := w.writeBatchLake(ctx, b, order)
-	st.Lake = since()
-	files := make([]lake.File, len(written))
-	for i, f := range written {
-		files[i] = f.File
+	st.Decode += since()
+	lf := w.writeBatchLake(ctx, b, order)
+	var dead []lake.File
+	err = w.inTx(ctx, func(ctx context.Context) error {
+		var err error
+		dead, err = w.applyInTx(ctx, b, lf, order, rows, &st, since)
+		return err
+	})
+	// The lake write ends before the batch does, whatever became of the
+	// transaction: the next batch makes its decoded tables anew.
+	written, lakeErr := lf.wait()
+	st.Lake = lf.took
+	files := dead
+	for _, f := range written {
+		files = append(files, f.File)
 	}
-	var t0 time.Time
-	if err == nil {
-		err = w.inTx(ctx, func(ctx context.Context) error {
-			dead, err := w.applyInTx(ctx, b, written, order, rows, &st, since)
-			files = append(files, dead...)
-			t0 = time.Now()
-			return err
-		})
-	}
-	if err != nil {
+	if err = errors.Join(err, lakeErr); err != nil {
 		w.removeStaging(ctx, files)
 		return st, fmt.Errorf("batch: %w", err)
 	}
@@ -150,7 +155,7 @@ func (w *Warehouse) ApplyStaged(ctx context.Context, b Batch, s *Staged) (BatchS
 	if err := w.releaseScratch(ctx); err != nil {
 		w.log.Warn("free the batch's scratch tables", "err", err)
 	}
-	st.Commit = time.Since(t0)
+	st.Commit = since()
 	return st, nil
 }
 
@@ -212,48 +217,88 @@ func (w *Warehouse) decodeBatch(ctx context.Context, recs []Record, s *Staged, s
 	return order, rows, nil
 }
 
-// writeBatchLake writes each table's new events of the batch to lake
-// files under staging names. Files, not the warehouse: it runs before the
-// transaction, and so does what follows, once the lake holds both images
-// of every change: each rows table keeps the one image per change that
-// the rest of the batch applies, in after (an update's or insert's after
-// image, a delete's before image: the shape a replay loads), without the
-// columns only the lake needed. Nothing applies an update's before image;
-// without it and them the rows a batch holds through its merge take half
-// the memory (a table replaced inside a transaction is freed only at its
-// commit).
-func (w *Warehouse) writeBatchLake(ctx context.Context, b Batch, order []*table) ([]lakeFile, error) {
-	stage.Enter(stage.Lake)
+// narrow makes each table's rows table of its decoded events: the one
+// image per change that the rest of the batch applies, in after (an
+// update's or insert's after image, a delete's before image: the shape a
+// replay loads), without the columns only the lake needs. Nothing applies
+// an update's before image; without it and them the rows a batch holds
+// through its merge take half the memory (a table replaced inside a
+// transaction is freed only at its commit). The lake files are written
+// from the decoded tables.
+func (w *Warehouse) narrow(ctx context.Context, order []*table) error {
+	for _, t := range order {
+		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE %s AS
+			SELECT op, coalesce(after, before) AS after, _cdc_seq, _cdc_ord, _commit_ts, kafka_partition, kafka_offset FROM %s`,
+			rowsTable(t.id), decodedTable(t.id))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lakeWrite is a batch's lake files being written beside its
+// transaction.
+type lakeWrite struct {
+	done  chan struct{}
+	files []lakeFile
+	err   error
+	took  time.Duration
+}
+
+// wait returns the files once they are written and synced, or what
+// stopped them (with those written so far).
+func (lw *lakeWrite) wait() ([]lakeFile, error) {
+	<-lw.done
+	return lw.files, lw.err
+}
+
+// writeBatchLake writes each table's new events of the batch, from its
+// decoded table, to lake files under staging names, dropping each decoded
+// table once its files are written. It runs on a connection of its own (w.laker), beside
+// the batch's transaction on the warehouse's, which records the files
+// once they are written (lakeWrite.wait); it reads nothing the
+// transaction writes. Files, not the warehouse: they are published only
+// after the commit.
+func (w *Warehouse) writeBatchLake(ctx context.Context, b Batch, order []*table) *lakeWrite {
+	lw := &lakeWrite{done: make(chan struct{})}
+	if w.laker == nil {
+		if w.laker, lw.err = w.db.Conn(ctx); lw.err != nil {
+			close(lw.done)
+			return lw
+		}
+	}
 	floor := w.floor
 	if b.Watermark != nil {
 		floor = max(floor, b.Watermark.Seq)
 	}
-	var files []lakeFile
-	for _, t := range order {
-		tf, err := w.writeLake(ctx, t, b.Positions[t.topic].ID, floor, b.Watermark)
-		files = append(files, tf...)
-		if err != nil {
-			return files, fmt.Errorf("write lake files of %s: %w", t.schema.ID(), err)
+	go func() {
+		defer close(lw.done)
+		stage.Enter(stage.Lake)
+		start := time.Now()
+		defer func() { lw.took = time.Since(start) }()
+		for _, t := range order {
+			tf, err := w.writeLake(ctx, t, b.Positions[t.topic].ID, floor, b.Watermark)
+			lw.files = append(lw.files, tf...)
+			if err == nil {
+				// Freed as soon as it is written, not at the batch's end:
+				// the transaction's merge runs meanwhile.
+				_, err = w.laker.ExecContext(ctx, "DROP TABLE "+decodedTable(t.id))
+			}
+			if err != nil {
+				lw.err = fmt.Errorf("write lake files of %s: %w", t.schema.ID(), err)
+				return
+			}
 		}
-	}
-	if len(files) > 0 {
-		if err := w.lake.SyncStaging(); err != nil {
-			return files, err
+		if len(lw.files) > 0 {
+			lw.err = w.lake.SyncStaging()
 		}
-	}
-	for _, t := range order {
-		_, err := w.conn.ExecContext(ctx, fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE %[1]s AS
-			SELECT op, coalesce(after, before) AS after, _cdc_seq, _cdc_ord, _commit_ts, kafka_partition, kafka_offset FROM %[1]s`, rowsTable(t.id)))
-		if err != nil {
-			return files, err
-		}
-	}
-	return files, nil
+	}()
+	return lw
 }
 
 // applyInTx is the batch's part in its transaction; it returns the lake
 // files of the dead letters it wrote.
-func (w *Warehouse) applyInTx(ctx context.Context, b Batch, written []lakeFile, order []*table, rows map[*table]rowsInfo, st *BatchStats, since func() time.Duration) ([]lake.File, error) {
+func (w *Warehouse) applyInTx(ctx context.Context, b Batch, lf *lakeWrite, order []*table, rows map[*table]rowsInfo, st *BatchStats, since func() time.Duration) ([]lake.File, error) {
 	dead, err := w.deadLetters(ctx, b.Positions)
 	if err != nil {
 		return nil, err
@@ -266,11 +311,15 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, written []lakeFile, 
 	if err != nil {
 		return files, fmt.Errorf("write lake files of dead letters: %w", err)
 	}
-	if err := w.recordLakeFiles(ctx, written); err != nil {
+	st.Decode += since()
+	if err := w.applyRows(ctx, order, rows, st, since); err != nil {
 		return files, err
 	}
-	st.Lake += since()
-	if err := w.applyRows(ctx, order, rows, st, since); err != nil {
+	written, err := lf.wait()
+	if err != nil {
+		return files, err
+	}
+	if err := w.recordLakeFiles(ctx, written); err != nil {
 		return files, err
 	}
 	if err := w.saveOffsets(ctx, b.Positions); err != nil {
@@ -350,7 +399,7 @@ func (w *Warehouse) decode(ctx context.Context, t *table, n *staged) (rowsInfo, 
 	if err := w.decodeRows(ctx, t, n); err != nil {
 		return info, err
 	}
-	rows := rowsTable(t.id)
+	rows := decodedTable(t.id)
 	var dead, ko, stale int
 	if err := w.conn.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FILTER (dlq_reason IS NOT NULL),
 		count(*) FILTER (key_only AND dlq_reason IS NULL), count(*) FILTER (_cdc_seq <= %[1]d AND dlq_reason IS NULL),

@@ -33,15 +33,15 @@ func TestDeadLetterFilesSurviveACrashAfterCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	order, rows, err := f.wh.decodeBatch(ctx, b.Records, s, &st, since)
+	if err == nil {
+		err = f.wh.narrow(ctx, order)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	written, err := f.wh.writeBatchLake(ctx, b, order)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lf := f.wh.writeBatchLake(ctx, b, order)
 	if err := f.wh.inTx(ctx, func(ctx context.Context) error {
-		_, err := f.wh.applyInTx(ctx, b, written, order, rows, &st, since)
+		_, err := f.wh.applyInTx(ctx, b, lf, order, rows, &st, since)
 		return err
 	}); err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 // DuckDB (from_json and a cast per value): about a quarter of a batch's
 // CPU. A flat decoder reads an envelope in Go instead, and the Appender
 // puts its values in typed columns of a flat table (lakeflow_flat_<id>),
-// which one statement packs into the rows table. It takes only the
+// which one statement packs into the decoded table. It takes only the
 // envelopes whose every value it can reproduce exactly as parseSQL
 // would, and only those parseSQL would accept; it refuses anything else
 // (not canonical, a value out of range, a dead letter), and parseSQL
@@ -36,7 +36,7 @@ type flatDecoder struct {
 	// row is the flat row being filled: op, has before, has after, the
 	// before values, the after values, then the flat* fields.
 	row []driver.Value
-	// create and insert pack the flat table into the rows table: as a
+	// create and insert pack the flat table into the decoded table: as a
 	// new table, or into the one parseSQL made of the refused envelopes.
 	create, insert string
 }
@@ -54,7 +54,7 @@ const (
 	flatFields
 )
 
-// carrier is how a column's values travel from Go to the rows table: the
+// carrier is how a column's values travel from Go to the decoded table: the
 // flat column's type, how Go reads the value (false: refused), and the
 // SQL that makes the lake's value of the flat column. The SQL casts, not
 // tries: a value Go let through that DuckDB cannot hold fails the batch
@@ -319,8 +319,8 @@ func newFlatDecoder(id int, topic string, t *change.Table) *flatDecoder {
 	sel := fmt.Sprintf(`SELECT chr(op) AS op, %s, %s, _cdc_seq, _cdc_ord, make_timestamptz(commit_us) AS _commit_ts, lsn, tx_id,
 	%s AS kafka_topic, kafka_partition, kafka_offset, CAST(make_timestamptz(commit_us) AS DATE) AS day, key_only, CAST(NULL AS VARCHAR) AS dlq_reason
 FROM %s`, pack("before", 0), pack("after", len(t.Columns)), literal(topic), flatTable(id))
-	d.create = fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS %s", rowsTable(id), sel)
-	d.insert = fmt.Sprintf("INSERT INTO %s %s", rowsTable(id), sel)
+	d.create = fmt.Sprintf("CREATE OR REPLACE TABLE %s AS %s", decodedTable(id), sel)
+	d.insert = fmt.Sprintf("INSERT INTO %s %s", decodedTable(id), sel)
 	return d
 }
 

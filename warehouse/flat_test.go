@@ -213,7 +213,7 @@ func TestFlatDecoderAgreesWithParseSQL(t *testing.T) {
 		if err := f.wh.decodeRows(ctx, tb, &n); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.wh.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT * FROM %s", name, rowsTable(tb.id))); err != nil {
+		if _, err := f.wh.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT * FROM %s", name, decodedTable(tb.id))); err != nil {
 			t.Fatal(err)
 		}
 		return n

@@ -35,9 +35,9 @@ type lakeFile struct {
 // if it ends at a watermark, the source position it leaves silver at, so
 // lakeflow asof can name it without the warehouse.
 func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string, floor change.LSN, wm *change.Watermark) ([]lakeFile, error) {
-	src := rowsTable(t.id)
+	src := decodedTable(t.id)
 	newer := "kafka_offset > " + w.lakeHighExpr(t.topic)
-	rows, err := w.conn.QueryContext(ctx, fmt.Sprintf(`SELECT strftime(day, '%%Y-%%m-%%d'), kafka_partition, min(kafka_offset), max(kafka_offset),
+	rows, err := w.laker.QueryContext(ctx, fmt.Sprintf(`SELECT strftime(day, '%%Y-%%m-%%d'), kafka_partition, min(kafka_offset), max(kafka_offset),
 		count(*), min(_cdc_seq), max(_cdc_seq) FROM %s WHERE %s GROUP BY ALL ORDER BY ALL`, src, newer))
 	if err != nil {
 		return nil, err
@@ -86,7 +86,7 @@ func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string, flo
 		copySQL := fmt.Sprintf(`COPY (SELECT * EXCLUDE (day, key_only, dlq_reason) FROM %s
 			WHERE day = DATE %s AND kafka_partition = %d AND %s ORDER BY kafka_offset)
 			TO %s (FORMAT parquet, COMPRESSION zstd, KV_METADATA %s)`, src, literal(g.day), g.part, newer, literal(f.Staging), meta)
-		if _, err := w.conn.ExecContext(ctx, copySQL); err != nil {
+		if _, err := w.laker.ExecContext(ctx, copySQL); err != nil {
 			return files, err
 		}
 		if err := lake.Sync(f.Staging); err != nil {

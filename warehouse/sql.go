@@ -10,10 +10,15 @@ import (
 )
 
 // rowsTable is the temp table that holds a table's decoded events of the
-// batch: first as parseSQL gives them, and from the lake write on (and in
-// a replay) with one image per change, in after: op, after, _cdc_seq,
-// _cdc_ord, _commit_ts, kafka_partition, kafka_offset.
+// batch that are applied, with one image per change, in after: op, after,
+// _cdc_seq, _cdc_ord, _commit_ts, kafka_partition, kafka_offset.
 func rowsTable(id int) string { return fmt.Sprintf("lakeflow_rows_%d", id) }
+
+// decodedTable holds a table's decoded events of a streamed batch as
+// parseSQL gives them, both images and all: what its lake files hold. It
+// is in the staging database, where the lake files are written from it
+// on a connection of their own beside the rest of the batch.
+func decodedTable(id int) string { return fmt.Sprintf("%s.lakeflow_decoded_%d", scratchDB, id) }
 
 // parseSQL turns the staged envelopes of one table into typed rows, the
 // shape of a lake file plus its day, whether the before image holds only
@@ -52,7 +57,7 @@ func parseSQL(id int, topic string, t *change.Table) string {
 		return fmt.Sprintf("CASE WHEN j.%s IS NULL THEN NULL ELSE struct_pack(%s) END AS %s", side, strings.Join(fields, ", "), side)
 	}
 	before, after := image("before"), image("after")
-	return fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE %s AS
+	return fmt.Sprintf(`CREATE OR REPLACE TABLE %s AS
 SELECT j.op AS op, %s, %s,
 	TRY_CAST(j._cdc_seq AS UBIGINT) AS _cdc_seq, TRY_CAST(j._cdc_ord AS UINTEGER) AS _cdc_ord, TRY_CAST(j._commit_ts AS TIMESTAMPTZ) AS _commit_ts,
 	TRY_CAST(j.source.lsn AS UBIGINT) AS lsn, TRY_CAST(j.source.txId AS UBIGINT) AS tx_id,
@@ -61,7 +66,7 @@ SELECT j.op AS op, %s, %s,
 	%s AS dlq_reason
 FROM (SELECT kafka_partition, kafka_offset, j, v, %s
       FROM (SELECT kafka_partition, kafka_offset, v, try(from_json(v, %s)) AS j FROM `+stageTable+` WHERE tbl = %d))`,
-		rowsTable(id), before, after, literal(topic), dlqReasonSQL(t), strings.Join(typed, ", "), literal(string(structure)), id)
+		decodedTable(id), before, after, literal(topic), dlqReasonSQL(t), strings.Join(typed, ", "), literal(string(structure)), id)
 }
 
 // envField is SQL for the value of column c in image side of the parsed

@@ -70,9 +70,9 @@ type Warehouse struct {
 	view     *View
 	listing  map[string][]lake.Part
 	complete change.LSN
-	// stager is the connection Stage appends on, opened by its first
-	// batch.
-	stager *sql.Conn
+	// stager is the connection Stage appends on, laker the one a batch's
+	// lake files are written on; each is opened by its first batch.
+	stager, laker *sql.Conn
 	// beforeCommit, if set, runs just before a batch commits (tests).
 	beforeCommit func()
 	// olderVersions says ApplyVersions is applying versions older than
@@ -452,8 +452,10 @@ func (w *Warehouse) raiseLakeHigh(topic string, part int32, off int64) {
 // Close closes the warehouse; DuckDB checkpoints on a clean close.
 func (w *Warehouse) Close() error {
 	err := w.conn.Close()
-	if w.stager != nil {
-		err = errors.Join(err, w.stager.Close())
+	for _, c := range []*sql.Conn{w.stager, w.laker} {
+		if c != nil {
+			err = errors.Join(err, c.Close())
+		}
 	}
 	err = errors.Join(err, w.db.Close())
 	if w.spill != "" {

@@ -1091,3 +1091,60 @@ func TestStageBesideTheBatchBefore(t *testing.T) {
 1 aa ∅ @200/2
 2 b ∅ @200/1`)
 }
+
+// TestLakeWriteFailureFailsTheBatch: the lake files are written beside
+// the batch's transaction; when they cannot be, the transaction, whose
+// rules and merge ran meanwhile, is rolled back and nothing of the batch
+// stays, and the batch applies once they can.
+func TestLakeWriteFailureFailsTheBatch(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	ctx := context.Background()
+	b := batch(f.rec(change.OpCreate, 100, 1, "1", "a", ""))
+	staging := filepath.Join(f.dir, "lake", "_staging")
+	if err := os.RemoveAll(staging); err != nil {
+		t.Fatal(err)
+	}
+	// A file where the staging directory should be: no lake file can be
+	// written.
+	if err := os.WriteFile(staging, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tables := []string{"lakeflow.lake_files", "lakeflow.offsets", "lakeflow.batches"}
+	before := map[string]int64{}
+	for _, table := range tables {
+		before[table] = f.count("SELECT count(*) FROM " + table)
+	}
+	s, err := f.wh.Stage(ctx, b.Records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.wh.ApplyStaged(ctx, b, s); err == nil || !strings.Contains(err.Error(), "write lake files of public.acct") {
+		t.Fatalf("a batch whose lake files cannot be written: %v, want the lake write's error", err)
+	}
+	if got := f.silver(); got != "" {
+		t.Errorf("silver after the failed batch:\n%s\nwant nothing", got)
+	}
+	for _, table := range tables {
+		if n := f.count("SELECT count(*) FROM " + table); n != before[table] {
+			t.Errorf("%s holds %d rows after the failed batch, want the %d before it", table, n, before[table])
+		}
+	}
+	if err := os.Remove(staging); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(staging, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = f.wh.Stage(ctx, b.Records); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.wh.ApplyStaged(ctx, b, s); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, f.silver(), `
+1 a ∅ @100/1`)
+	if n := f.lakeEvents(); n != 1 {
+		t.Errorf("the lake holds %d events, want 1", n)
+	}
+}
