@@ -102,16 +102,21 @@ func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string, flo
 }
 
 // recordLakeFiles records a batch's lake files (writeLake) in
-// lakeflow.lake_files.
+// lakeflow.lake_files, in one statement: it is on the batch's way to its
+// commit, and a statement costs its planning whatever its size.
 func (w *Warehouse) recordLakeFiles(ctx context.Context, files []lakeFile) error {
-	for _, f := range files {
-		_, err := w.conn.ExecContext(ctx, "INSERT INTO lakeflow.lake_files VALUES (?, ?, ?::DATE, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-			f.Path, f.table.schema.ID(), f.day, f.table.topic, f.part, f.first, f.last, f.n, f.minSeq, f.maxSeq, f.size, time.Now().UTC(), f.topicID, w.batch+1)
-		if err != nil {
-			return err
-		}
+	if len(files) == 0 {
+		return nil
 	}
-	return nil
+	rows := make([]string, len(files))
+	var args []any
+	now := time.Now().UTC()
+	for i, f := range files {
+		rows[i] = "(?, ?, ?::DATE, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+		args = append(args, f.Path, f.table.schema.ID(), f.day, f.table.topic, f.part, f.first, f.last, f.n, f.minSeq, f.maxSeq, f.size, now, f.topicID, w.batch+1)
+	}
+	_, err := w.conn.ExecContext(ctx, "INSERT INTO lakeflow.lake_files VALUES "+strings.Join(rows, ", "), args...)
+	return err
 }
 
 // The key-value metadata of a lake file.
