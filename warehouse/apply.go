@@ -57,7 +57,7 @@ type BatchStats struct {
 	History             time.Duration // SCD2 history
 	Gold                time.Duration // gold marts: touched partitions, refreshes
 	Merge               time.Duration // silver
-	Commit              time.Duration // commit, lake file renames, scratch freed
+	Commit              time.Duration // waiting for the lake files, bookkeeping, commit, renames, scratch freed
 }
 
 // laps returns a stopwatch: each call gives the time since the one
@@ -127,7 +127,12 @@ func (w *Warehouse) ApplyStaged(ctx context.Context, b Batch, s *Staged) (BatchS
 	for _, f := range written {
 		files = append(files, f.File)
 	}
-	if err = errors.Join(err, lakeErr); err != nil {
+	// A transaction that reached its commit waited for the lake write
+	// and failed with it.
+	if err == nil {
+		err = lakeErr
+	}
+	if err != nil {
 		w.removeStaging(ctx, files)
 		return st, fmt.Errorf("batch: %w", err)
 	}
@@ -176,7 +181,7 @@ func (w *Warehouse) removeStaging(ctx context.Context, files []lake.File) {
 	}
 }
 
-// decodeBatch decodes each table's staged records into its rows table,
+// decodeBatch decodes each table's staged records into its decoded table,
 // with the dead letters set aside, and returns the tables in order. It
 // fills scratch tables alone, so it runs before the batch's transaction:
 // the staged envelopes, as large as the batch, are freed once decoded
@@ -263,6 +268,7 @@ func (w *Warehouse) writeBatchLake(ctx context.Context, b Batch, order []*table)
 	lw := &lakeWrite{done: make(chan struct{})}
 	if w.laker == nil {
 		if w.laker, lw.err = w.db.Conn(ctx); lw.err != nil {
+			lw.err = fmt.Errorf("open a connection for the lake files: %w", lw.err)
 			close(lw.done)
 			return lw
 		}
@@ -281,8 +287,11 @@ func (w *Warehouse) writeBatchLake(ctx context.Context, b Batch, order []*table)
 			lw.files = append(lw.files, tf...)
 			if err == nil {
 				// Freed as soon as it is written, not at the batch's end:
-				// the transaction's merge runs meanwhile.
-				_, err = w.laker.ExecContext(ctx, "DROP TABLE "+decodedTable(t.id))
+				// the transaction's merge runs meanwhile. Only memory is
+				// at stake (the next batch replaces it): a warning.
+				if _, derr := w.laker.ExecContext(ctx, "DROP TABLE "+decodedTable(t.id)); derr != nil {
+					w.log.Warn("free a batch's decoded events", "table", t.schema.ID(), "err", derr)
+				}
 			}
 			if err != nil {
 				lw.err = fmt.Errorf("write lake files of %s: %w", t.schema.ID(), err)
@@ -290,7 +299,9 @@ func (w *Warehouse) writeBatchLake(ctx context.Context, b Batch, order []*table)
 			}
 		}
 		if len(lw.files) > 0 {
-			lw.err = w.lake.SyncStaging()
+			if err := w.lake.SyncStaging(); err != nil {
+				lw.err = fmt.Errorf("sync the lake's staging directory: %w", err)
+			}
 		}
 	}()
 	return lw
@@ -328,7 +339,7 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, lf *lakeWrite, order
 	return files, w.recordBatch(ctx, b)
 }
 
-// rowsInfo is what reading a table's rows of the batch (rowsTable) told.
+// rowsInfo is what reading a table's decoded events of the batch told.
 type rowsInfo struct {
 	// keyOnly: a delete's before image holds only the key.
 	keyOnly bool
@@ -438,7 +449,7 @@ func (w *Warehouse) decode(ctx context.Context, t *table, n *staged) (rowsInfo, 
 	return info, nil
 }
 
-// decodeRows makes the rows table of a table's staged envelopes: parseSQL
+// decodeRows makes the decoded table of a table's staged envelopes: parseSQL
 // decodes those its flat decoder refused, into which the flat table is
 // packed.
 func (w *Warehouse) decodeRows(ctx context.Context, t *table, n *staged) error {

@@ -552,7 +552,7 @@ var scratch = map[string]string{
 }
 
 // releaseScratch frees the TEMP tables a committed batch leaves behind:
-// the staged envelopes, the decoded rows and the merge's intermediates
+// the rows of one image a change and the merge's intermediates
 // take as much memory as the batch itself, and kept until the next batch
 // replaces them they would double DuckDB's peak (lakeflow_known is the
 // session's, not the batch's). It runs after a commit, so a cancel
