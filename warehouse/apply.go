@@ -259,19 +259,17 @@ func (lw *lakeWrite) wait() ([]lakeFile, error) {
 
 // writeBatchLake writes each table's new events of the batch, from its
 // decoded table, to lake files under staging names, dropping each decoded
-// table once its files are written. It runs on a connection of its own (w.laker), beside
-// the batch's transaction on the warehouse's, which records the files
-// once they are written (lakeWrite.wait); it reads nothing the
-// transaction writes. Files, not the warehouse: they are published only
-// after the commit.
+// table once its files are written. It runs on a connection of its own
+// (w.laker), beside the batch's transaction on the warehouse's, which
+// records the files once they are written (lakeWrite.wait); it reads
+// nothing the transaction writes. Files, not the warehouse: they are
+// published only after the commit.
 func (w *Warehouse) writeBatchLake(ctx context.Context, b Batch, order []*table) *lakeWrite {
 	lw := &lakeWrite{done: make(chan struct{})}
-	if w.laker == nil {
-		if w.laker, lw.err = w.db.Conn(ctx); lw.err != nil {
-			lw.err = fmt.Errorf("open a connection for the lake files: %w", lw.err)
-			close(lw.done)
-			return lw
-		}
+	if err := w.openSide(ctx, &w.laker); err != nil {
+		lw.err = fmt.Errorf("open a connection for the lake files: %w", err)
+		close(lw.done)
+		return lw
 	}
 	floor := w.floor
 	if b.Watermark != nil {
@@ -537,12 +535,8 @@ const (
 func (w *Warehouse) Stage(ctx context.Context, recs []Record) (*Staged, error) {
 	start := time.Now()
 	s := &Staged{tables: map[*table]*staged{}, read: make(chan struct{})}
-	if w.stager == nil {
-		conn, err := w.db.Conn(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("batch: %w", err)
-		}
-		w.stager = conn
+	if err := w.openSide(ctx, &w.stager); err != nil {
+		return nil, fmt.Errorf("batch: open a connection to stage on: %w", err)
 	}
 	if _, err := w.stager.ExecContext(ctx, createStage); err != nil {
 		return nil, fmt.Errorf("batch: %w", err)

@@ -449,6 +449,20 @@ func (w *Warehouse) raiseLakeHigh(topic string, part int32, off int64) {
 	}
 }
 
+// openSide opens one of the warehouse's side connections (stager, laker)
+// if it is not open yet.
+func (w *Warehouse) openSide(ctx context.Context, conn **sql.Conn) error {
+	if *conn != nil {
+		return nil
+	}
+	c, err := w.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	*conn = c
+	return nil
+}
+
 // Close closes the warehouse; DuckDB checkpoints on a clean close.
 func (w *Warehouse) Close() error {
 	err := w.conn.Close()
