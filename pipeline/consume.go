@@ -335,7 +335,14 @@ func (c *consumer) step(ctx context.Context, target map[string]map[int32]int64) 
 		return nil
 	}
 	last := target != nil && n == len(c.pending) && reached(c.seen, target)
-	if n == 0 || last || hard || n >= c.cfg.BatchEvents || size >= c.cfg.BatchBytes || c.waited() {
+	// A run that stops at the WAL's end closes batches by age only once
+	// the source has delivered it all. Before that the source is draining
+	// a known backlog and batches fill in moments; closing them by age
+	// makes small ones, each paying a batch's fixed statements while the
+	// source and the walsender hold the cores, and freshness is not what
+	// such a run is for (--follow keeps the age rule throughout).
+	aged := (c.follow || target != nil) && c.waited()
+	if n == 0 || last || hard || n >= c.cfg.BatchEvents || size >= c.cfg.BatchBytes || aged {
 		return c.apply(ctx, n, m)
 	}
 	return nil
