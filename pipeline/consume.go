@@ -266,9 +266,15 @@ func (c *consumer) age() time.Duration { return time.Since(c.oldest) }
 // the consumer is behind (Kafka held more than it returned) they never
 // have: records waiting in Kafka are old, and by their age every poll
 // would be a batch, where full batches catch up faster; the batch ends
-// full, or once the consumer has caught up.
-func (c *consumer) waited() bool {
-	return !c.kafka.Behind() && c.age() >= c.cfg.BatchInterval
+// full, or once the consumer has caught up. Nor have they in a run that
+// stops at the WAL's end until the source has delivered it all
+// (delivered): the source is draining a known backlog and batches fill
+// in moments, while closing them by age makes small ones, each paying a
+// batch's fixed statements while the source and the walsender hold the
+// cores; freshness is not what such a run is for (--follow keeps the age
+// rule throughout).
+func (c *consumer) waited(delivered bool) bool {
+	return (c.follow || delivered) && !c.kafka.Behind() && c.age() >= c.cfg.BatchInterval
 }
 
 // arrival is when a record reached Kafka (its timestamp), or now if the
@@ -335,14 +341,7 @@ func (c *consumer) step(ctx context.Context, target map[string]map[int32]int64) 
 		return nil
 	}
 	last := target != nil && n == len(c.pending) && reached(c.seen, target)
-	// A run that stops at the WAL's end closes batches by age only once
-	// the source has delivered it all. Before that the source is draining
-	// a known backlog and batches fill in moments; closing them by age
-	// makes small ones, each paying a batch's fixed statements while the
-	// source and the walsender hold the cores, and freshness is not what
-	// such a run is for (--follow keeps the age rule throughout).
-	aged := (c.follow || target != nil) && c.waited()
-	if n == 0 || last || hard || n >= c.cfg.BatchEvents || size >= c.cfg.BatchBytes || aged {
+	if n == 0 || last || hard || n >= c.cfg.BatchEvents || size >= c.cfg.BatchBytes || c.waited(target != nil) {
 		return c.apply(ctx, n, m)
 	}
 	return nil
