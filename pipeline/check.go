@@ -147,11 +147,22 @@ func (r *CheckReport) checkSource(ctx context.Context, cfg *config.Config, set c
 			}
 		}
 	}
-	drafts, err := postgres.Describe(ctx, dsn, cfg.Source.Tables)
+	drafts, gone, err := postgres.Describe(ctx, dsn, cfg.Source.Tables)
 	if err != nil {
 		return err
 	}
 	known := view.Schemas()
+	for _, t := range gone {
+		f := Finding{Part: PartContracts, Check: "source.table_gone", Severity: "warning", Dataset: t.String(), Count: 1,
+			Message: "the table no longer exists in the source: lakeflow run applies its changes still in the WAL; silver, history and lake keep it",
+			Fix:     "take it out of source.tables"}
+		if known[t.String()] == nil {
+			f.Check, f.Severity = "source.missing_table", "error"
+			f.Message = "the table is in source.tables but not in the source, and lakeflow never captured it: lakeflow run refuses to start"
+			f.Fix = "correct the name in source.tables (schema.table as \\dt shows it), or create the table"
+		}
+		r.add(f)
+	}
 	for _, d := range drafts {
 		live, err := d.Schema()
 		if err != nil {

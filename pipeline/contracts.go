@@ -54,9 +54,12 @@ func InitContracts(ctx context.Context, cfg *config.Config, table string, log *s
 	if err != nil {
 		return nil, err
 	}
-	drafts, err := postgres.Describe(ctx, env.dsn, todo)
+	drafts, gone, err := postgres.Describe(ctx, env.dsn, todo)
 	if err != nil {
 		return nil, err
+	}
+	for _, t := range gone {
+		log.Warn("no contract written for a table the source does not have", "table", t.String())
 	}
 	if err := os.MkdirAll(cfg.Contracts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: create contracts.dir %s: %v", fault.ErrEnvironment, cfg.Contracts.Dir, err)

@@ -84,8 +84,11 @@ type Table struct {
 	Columns []Column `json:"columns"`
 	// Storage identifies the relations that hold the rows (relfilenodes
 	// of the table or its leaf partitions): it changes when PostgreSQL
-	// rewrites the table.
+	// rewrites the table. Leaves are those relations' OIDs, in the same
+	// order (a partition created or dropped is no rewrite); schemas
+	// recorded before 2026-12-07 have none.
 	Storage []uint32 `json:"storage,omitempty"`
+	Leaves  []uint32 `json:"leaves,omitempty"`
 	// Since is the position this schema took effect at: events from there
 	// on have its columns.
 	Since Position `json:"since"`

@@ -43,21 +43,41 @@ type attribute struct {
 	generated bool
 	// Rows that predate the column: PostgreSQL stores a constant DEFAULT
 	// as their value ("fast default") in every storage relation (the
-	// table, or each leaf partition); missing lists those values, nil
-	// where a relation has none. hasDefault and identity say whether
-	// anything else may have filled them (a table rewrite).
+	// table, or each leaf partition) that existed then; missing lists
+	// those values, nil where a relation has none, and missingIn the
+	// relations. hasDefault and identity say whether anything else may
+	// have filled them (a table rewrite).
 	missing    []*string
+	missingIn  []uint32
 	hasDefault bool
 	identity   bool
 }
 
-// relation is a table as the catalog describes it now.
+// relation is a table as the catalog describes it now, or, for a table
+// dropped since the WAL described it, as lakeflow recorded it (past).
 type relation struct {
 	oid     uint32
 	schema  string
 	name    string
 	attrs   []attribute
 	storage []uint32
+	leaves  []uint32 // the OIDs of storage's relations
+	// past is the recorded schema of a table the catalog no longer has:
+	// its key and its columns' types come from there.
+	past *change.Table
+}
+
+// ErrGone marks a table or type the catalog no longer has: the WAL can
+// still describe it as it was when the change was made.
+var ErrGone = errors.New("does not exist in the source")
+
+// pastRelation is a dropped table as lakeflow recorded it.
+func pastRelation(oid uint32, recorded *change.Table) *relation {
+	rel := &relation{oid: oid, schema: recorded.Schema, name: recorded.Name, storage: recorded.Storage, leaves: recorded.Leaves, past: recorded}
+	for _, c := range recorded.Columns {
+		rel.attrs = append(rel.attrs, attribute{rawColumn: rawColumn{Name: c.Name}, dims: c.Type.Dims})
+	}
+	return rel
 }
 
 // leavesSQL lists the relations that store the rows of table $1: the
@@ -71,7 +91,7 @@ func (c *catalog) relationByName(ctx context.Context, schema, name string) (*rel
 	err := c.conn.QueryRow(ctx, `SELECT r.oid FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace
 		WHERE n.nspname = $1 AND r.relname = $2 AND r.relkind IN ('r', 'p')`, schema, name).Scan(&oid)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("table %s does not exist in the source", change.QualifiedName(schema, name))
+		return nil, fmt.Errorf("table %s %w", change.QualifiedName(schema, name), ErrGone)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("look up table %s: %w", change.QualifiedName(schema, name), err)
@@ -86,7 +106,10 @@ func (c *catalog) relation(ctx context.Context, oid uint32, schema, name string)
 		SELECT a.attname, a.atttypid, a.atttypmod, a.attndims, a.attgenerated <> '', a.attidentity <> '', a.atthasdef,
 		       ARRAY(SELECT CASE WHEN l.atthasmissing THEN l.attmissingval::text END
 		             FROM pg_attribute l JOIN leaves ON l.attrelid = leaves.relid
-		             WHERE l.attname = a.attname AND NOT l.attisdropped)
+		             WHERE l.attname = a.attname AND NOT l.attisdropped ORDER BY l.attrelid),
+		       ARRAY(SELECT l.attrelid::bigint
+		             FROM pg_attribute l JOIN leaves ON l.attrelid = leaves.relid
+		             WHERE l.attname = a.attname AND NOT l.attisdropped ORDER BY l.attrelid)
 		FROM pg_attribute a
 		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
 		ORDER BY a.attnum`, oid)
@@ -95,18 +118,18 @@ func (c *catalog) relation(ctx context.Context, oid uint32, schema, name string)
 	}
 	attrs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (attribute, error) {
 		var a attribute
-		err := r.Scan(&a.Name, &a.OID, &a.TypMod, &a.dims, &a.generated, &a.identity, &a.hasDefault, &a.missing)
+		err := r.Scan(&a.Name, &a.OID, &a.TypMod, &a.dims, &a.generated, &a.identity, &a.hasDefault, &a.missing, &a.missingIn)
 		return a, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read columns of %s: %w", change.QualifiedName(schema, name), err)
 	}
 	if len(attrs) == 0 {
-		return nil, fmt.Errorf("table %s does not exist in the source", change.QualifiedName(schema, name))
+		return nil, fmt.Errorf("table %s %w", change.QualifiedName(schema, name), ErrGone)
 	}
 	rel := &relation{oid: oid, schema: schema, name: name, attrs: attrs}
-	err = c.conn.QueryRow(ctx, `SELECT coalesce(array_agg(c.relfilenode::bigint ORDER BY c.oid), '{}')
-		FROM (`+leavesSQL+`) l JOIN pg_class c ON c.oid = l.relid`, oid).Scan(&rel.storage)
+	err = c.conn.QueryRow(ctx, `SELECT coalesce(array_agg(c.relfilenode::bigint ORDER BY c.oid), '{}'), coalesce(array_agg(c.oid::bigint ORDER BY c.oid), '{}')
+		FROM (`+leavesSQL+`) l JOIN pg_class c ON c.oid = l.relid`, oid).Scan(&rel.storage, &rel.leaves)
 	if err != nil {
 		return nil, fmt.Errorf("read storage of %s: %w", change.QualifiedName(schema, name), err)
 	}
@@ -153,15 +176,30 @@ func (r *relation) snapshotColumns() []rawColumn {
 
 // table builds the schema of a relation from the columns a Relation
 // message (or the snapshot) names, marking the primary key (or replica
-// identity index) columns as the key.
-func (c *catalog) table(ctx context.Context, rel *relation, cols []rawColumn) (*change.Table, error) {
-	keys, err := c.keyColumns(ctx, rel.oid)
-	if err != nil {
-		return nil, err
+// identity index) columns as the key. A type dropped since the message
+// was written is the type recorded (in recorded, the schema lakeflow
+// holds) for a column of that name, else carried as text: a historic
+// change decodes from what the WAL and lakeflow's own schema history
+// say, never from today's catalog alone.
+func (c *catalog) table(ctx context.Context, rel *relation, cols []rawColumn, recorded *change.Table) (*change.Table, error) {
+	var keys map[string]bool
+	if rel.past != nil {
+		keys = map[string]bool{}
+		for _, i := range rel.past.KeyColumns() {
+			keys[rel.past.Columns[i].Name] = true
+		}
+	} else {
+		var err error
+		if keys, err = c.keyColumns(ctx, rel.oid); err != nil {
+			return nil, err
+		}
 	}
-	t := &change.Table{Schema: rel.schema, Name: rel.name, Storage: rel.storage}
+	t := &change.Table{Schema: rel.schema, Name: rel.name, Storage: rel.storage, Leaves: rel.leaves}
 	for _, rc := range cols {
 		typ, err := c.resolve(ctx, rc.OID, rc.TypMod)
+		if errors.Is(err, ErrGone) {
+			typ, err = pastType(recorded, rc), nil
+		}
 		if err != nil {
 			return nil, fmt.Errorf("table %s column %s: %w", t.ID(), rc.Name, err)
 		}
@@ -181,6 +219,18 @@ func (c *catalog) table(ctx context.Context, rel *relation, cols []rawColumn) (*
 	return t, nil
 }
 
+// pastType is the type of a column whose type the catalog no longer has
+// (an enum dropped with the column): the type recorded for the column,
+// or else its text.
+func pastType(recorded *change.Table, rc rawColumn) change.Type {
+	if recorded != nil {
+		if i := recorded.Column(rc.Name); i >= 0 {
+			return recorded.Columns[i].Type
+		}
+	}
+	return change.Type{Kind: change.KindOther, Name: fmt.Sprintf("a dropped type (oid %d)", rc.OID)}
+}
+
 // ErrUnknownValues marks a column added by a table rewrite: PostgreSQL
 // filled the existing rows (a volatile DEFAULT, an identity) without
 // sending a change for any of them.
@@ -195,9 +245,14 @@ func (rel *relation) fill(prev *change.Table, c change.Column, from change.Posit
 	if a == nil {
 		return change.Fill{}, nil // renamed or dropped again since; its next Relation says so
 	}
+	// The relations that held rows before the column was added have its
+	// stored value; a partition created since has none (and no such rows).
 	var value *string
 	for i, m := range a.missing {
-		if m == nil || (i > 0 && (value == nil || *m != *value)) {
+		if m == nil && len(prev.Leaves) > 0 && !slices.Contains(prev.Leaves, a.missingIn[i]) {
+			continue
+		}
+		if m == nil || (value != nil && *m != *value) {
 			value = nil
 			break
 		}
@@ -214,8 +269,8 @@ func (rel *relation) fill(prev *change.Table, c change.Column, from change.Posit
 		return change.Fill{Before: from, Null: null, Text: text}, nil
 	}
 	// No stored value: the rows hold NULL, unless PostgreSQL rewrote the
-	// table to fill the column (its storage changed).
-	if (a.hasDefault || a.identity) && !slices.Equal(prev.Storage, rel.storage) {
+	// table to fill the column.
+	if (a.hasDefault || a.identity) && rel.rewritten(prev) {
 		what := "a DEFAULT PostgreSQL evaluates per row (random(), clock_timestamp(), a sequence…)"
 		if a.identity {
 			what = "an identity"
@@ -224,6 +279,23 @@ func (rel *relation) fill(prev *change.Table, c change.Column, from change.Posit
 			ErrUnknownValues, name, change.QualifiedName(rel.schema, rel.name), what)
 	}
 	return change.Fill{}, nil
+}
+
+// rewritten says whether a relation that held the table's rows when prev
+// was recorded has new storage (PostgreSQL rewrote it). Partitions
+// created or dropped since change the storage list, not a relation's.
+func (rel *relation) rewritten(prev *change.Table) bool {
+	if len(prev.Leaves) != len(prev.Storage) {
+		// Recorded without the relations' OIDs: a file of prev's that is
+		// gone was rewritten (or its partition dropped).
+		return slices.ContainsFunc(prev.Storage, func(f uint32) bool { return !slices.Contains(rel.storage, f) })
+	}
+	for i, leaf := range prev.Leaves {
+		if j := slices.Index(rel.leaves, leaf); j >= 0 && rel.storage[j] != prev.Storage[i] {
+			return true
+		}
+	}
+	return false
 }
 
 // missingValue reads the single element of attmissingval's text, an
@@ -302,6 +374,9 @@ func (c *catalog) resolve(ctx context.Context, oid uint32, typmod int32) (change
 		       t.typelem, t.typbasetype, t.typtypmod
 		FROM pg_type t WHERE t.oid = $1`, oid, typmod).
 		Scan(&name, &typname, &typtype, &category, &elem, &base, &baseTypmod)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return change.Type{}, fmt.Errorf("type %d %w", oid, ErrGone)
+	}
 	if err != nil {
 		return change.Type{}, fmt.Errorf("look up type %d: %w", oid, err)
 	}

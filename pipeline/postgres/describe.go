@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -15,23 +16,27 @@ import (
 // source: columns (without stored generated ones, which lakeflow does not
 // capture) with their types as PostgreSQL spells them, nullability, and
 // the primary key. A type that is not built in gets the built-in type it
-// is stored as (an enum as text, a domain as its base type).
-func Describe(ctx context.Context, dsn string, tables []config.Table) ([]contracts.Draft, error) {
+// is stored as (an enum as text, a domain as its base type). Tables the
+// source does not have are listed in gone.
+func Describe(ctx context.Context, dsn string, tables []config.Table) (drafts []contracts.Draft, gone []config.Table, err error) {
 	conn, err := connect(ctx, dsn)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer conn.Close(context.Background())
 	cat := newCatalog(conn)
-	var out []contracts.Draft
 	for _, t := range tables {
 		rel, err := cat.relationByName(ctx, t.Schema, t.Name)
+		if errors.Is(err, ErrGone) {
+			gone = append(gone, t)
+			continue
+		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", fault.ErrSource, err)
+			return nil, nil, fmt.Errorf("%w: %v", fault.ErrSource, err)
 		}
 		keys, err := cat.keyColumns(ctx, rel.oid)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		d := contracts.Draft{Table: t}
 		rows, err := conn.Query(ctx, `
@@ -43,7 +48,7 @@ func Describe(ctx context.Context, dsn string, tables []config.Table) ([]contrac
 			WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
 			ORDER BY a.attnum`, rel.oid)
 		if err != nil {
-			return nil, fmt.Errorf("%w: describe %s: %v", fault.ErrUnavailable, t, err)
+			return nil, nil, fmt.Errorf("%w: describe %s: %v", fault.ErrUnavailable, t, err)
 		}
 		cols, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (contracts.Column, error) {
 			var c contracts.Column
@@ -51,7 +56,7 @@ func Describe(ctx context.Context, dsn string, tables []config.Table) ([]contrac
 			return c, err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("%w: describe %s: %v", fault.ErrUnavailable, t, err)
+			return nil, nil, fmt.Errorf("%w: describe %s: %v", fault.ErrUnavailable, t, err)
 		}
 		for i, c := range cols {
 			if _, err := contracts.ParseType(c.Type, ""); err == nil {
@@ -64,7 +69,7 @@ func Describe(ctx context.Context, dsn string, tables []config.Table) ([]contrac
 			}
 		}
 		d.Columns = cols
-		out = append(out, d)
+		drafts = append(drafts, d)
 	}
-	return out, nil
+	return drafts, gone, nil
 }

@@ -90,20 +90,23 @@ func unwrapConnect(err error) error {
 // per problem what to run to fix it. Partitions of a partitioned table
 // that do not log full rows are only warned about: the stream takes their
 // changes without the old row (see Decoder), and partitions are often
-// attached later by tools that do not set it.
-func preflight(ctx context.Context, conn *pgx.Conn, tables []config.Table, log *slog.Logger) error {
+// attached later by tools that do not set it. A captured table dropped
+// from the source (recorded says lakeflow captured it) is only warned
+// about too, and returned in gone: its changes still in the WAL are
+// applied, and silver, history and lake keep it.
+func preflight(ctx context.Context, conn *pgx.Conn, tables []config.Table, recorded func(id string) bool, log *slog.Logger) (gone []config.Table, err error) {
 	var problems []string
 	var version int
 	var walLevel, encoding string
 	var mayReplicate bool
 	var role string
-	err := conn.QueryRow(ctx, `
+	err = conn.QueryRow(ctx, `
 		SELECT current_setting('server_version_num')::int, current_setting('wal_level'),
 		       current_setting('server_encoding'), current_user,
 		       (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user)`).
 		Scan(&version, &walLevel, &encoding, &role, &mayReplicate)
 	if err != nil {
-		return fmt.Errorf("%w: inspect source: %v", fault.ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: inspect source: %v", fault.ErrUnavailable, err)
 	}
 	if version < 140000 {
 		problems = append(problems, fmt.Sprintf("PostgreSQL %d.%d is too old: lakeflow needs 14 or newer", version/10000, version%10000/100))
@@ -130,11 +133,16 @@ func preflight(ctx context.Context, conn *pgx.Conn, tables []config.Table, log *
 			WHERE n.nspname = $1 AND r.relname = $2 AND r.relkind IN ('r', 'p')`, t.Schema, t.Name).
 			Scan(&partitioned, &hasKey, &notFull)
 		switch {
+		case errors.Is(err, pgx.ErrNoRows) && recorded(t.String()):
+			log.Warn("a captured table no longer exists in the source: its changes still in the WAL are applied, and silver, history and lake keep it; take it out of source.tables",
+				"table", t.String())
+			gone = append(gone, t)
+			continue
 		case errors.Is(err, pgx.ErrNoRows):
 			problems = append(problems, fmt.Sprintf("table %s does not exist in the source (check source.tables, or run `lakeflow run --demo` for the demo schema)", t))
 			continue
 		case err != nil:
-			return fmt.Errorf("%w: inspect table %s: %v", fault.ErrUnavailable, t, err)
+			return nil, fmt.Errorf("%w: inspect table %s: %v", fault.ErrUnavailable, t, err)
 		}
 		ident := pgx.Identifier{t.Schema, t.Name}.Sanitize()
 		if !hasKey {
@@ -156,9 +164,9 @@ func preflight(ctx context.Context, conn *pgx.Conn, tables []config.Table, log *
 		}
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("%w: %s", fault.ErrSource, strings.Join(problems, "; "))
+		return nil, fmt.Errorf("%w: %s", fault.ErrSource, strings.Join(problems, "; "))
 	}
-	return nil
+	return gone, nil
 }
 
 // ensurePublication makes the publication list exactly the captured

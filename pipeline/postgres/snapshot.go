@@ -84,7 +84,7 @@ func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, sink Sink, store 
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", fault.ErrSource, err)
 		}
-		t, err := cat.table(ctx, rel, rel.snapshotColumns())
+		t, err := cat.table(ctx, rel, rel.snapshotColumns(), nil)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", fault.ErrSource, err)
 		}

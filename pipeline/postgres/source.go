@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,8 +107,10 @@ type Source struct {
 	streaming chan struct{}
 	once      sync.Once
 	// ignored are relations of tables dropped from source.tables whose
-	// older changes are still in the WAL.
+	// older changes are still in the WAL; skipped, the tables whose
+	// changes were said to be skipped.
 	ignored map[*change.Table]bool
+	skipped map[string]bool
 }
 
 // NewSource returns a Source; nothing connects until Run.
@@ -114,7 +118,8 @@ func NewSource(cfg SourceConfig, log *slog.Logger) *Source {
 	if cfg.BufferBytes <= 0 {
 		cfg.BufferBytes = 64 << 20
 	}
-	return &Source{cfg: cfg, log: log, streaming: make(chan struct{}), ignored: map[*change.Table]bool{}}
+	return &Source{cfg: cfg, log: log, streaming: make(chan struct{}),
+		ignored: map[*change.Table]bool{}, skipped: map[string]bool{}}
 }
 
 // Streaming is closed once the snapshot is complete and the replication
@@ -132,10 +137,22 @@ func (s *Source) Run(ctx context.Context, sink Sink, store StateStore, drain <-c
 		return err
 	}
 	defer conn.Close(context.Background())
-	if err := preflight(ctx, conn, s.cfg.Tables, s.log); err != nil {
+	state, err := store.LoadState(ctx)
+	if err != nil {
 		return err
 	}
-	state, err := store.LoadState(ctx)
+	schemas, err := store.LoadSchemas(ctx)
+	if err != nil {
+		return err
+	}
+	// Kafka lost the schema history the warehouse holds: it is recorded
+	// again below, so the Relation messages PostgreSQL re-sends are judged
+	// against what silver has (and replays as replays).
+	restore := len(schemas) == 0 && len(s.cfg.FallbackSchemas) > 0
+	if restore {
+		schemas = maps.Clone(s.cfg.FallbackSchemas)
+	}
+	gone, err := preflight(ctx, conn, s.cfg.Tables, func(id string) bool { return schemas[id] != nil }, s.log)
 	if err != nil {
 		return err
 	}
@@ -147,19 +164,11 @@ func (s *Source) Run(ctx context.Context, sink Sink, store StateStore, drain <-c
 			return err
 		}
 	}
-	schemas, err := store.LoadSchemas(ctx)
-	if err != nil {
-		return err
-	}
-	if len(schemas) == 0 && len(s.cfg.FallbackSchemas) > 0 {
-		// Kafka lost the schema history the warehouse holds: record it
-		// again, so the Relation messages PostgreSQL re-sends are judged
-		// against what silver has (and replays as replays).
-		for id, t := range s.cfg.FallbackSchemas {
+	if restore {
+		for _, t := range schemas {
 			if err := sink.Schema(ctx, t); err != nil {
 				return err
 			}
-			schemas[id] = t
 		}
 	}
 	slotExists, err := s.slotExists(ctx, conn)
@@ -167,7 +176,8 @@ func (s *Source) Run(ctx context.Context, sink Sink, store StateStore, drain <-c
 		return err
 	}
 	streaming := state != nil && state.Snapshotted && state.Slot == s.cfg.Slot
-	if err := ensurePublication(ctx, conn, s.cfg.Publication, s.cfg.Tables, streaming); err != nil {
+	present := slices.DeleteFunc(slices.Clone(s.cfg.Tables), func(t config.Table) bool { return slices.Contains(gone, t) })
+	if err := ensurePublication(ctx, conn, s.cfg.Publication, present, streaming); err != nil {
 		return err
 	}
 	switch {

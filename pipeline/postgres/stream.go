@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -243,7 +244,10 @@ func (s *Source) handle(ctx context.Context, dec *Decoder, cat *catalog, sink Si
 
 // relation resolves a Relation message and checks it against the schema
 // recorded for the table: additive changes are recorded, anything else
-// stops ingestion before the first change that would need it.
+// stops ingestion before the first change that would need it. A Relation
+// message can be years old (the slot was behind): a table it names may
+// have been dropped since, or taken out of source.tables, and a type it
+// uses dropped; what the WAL and the schema history say decodes it.
 func (s *Source) relation(ctx context.Context, dec *Decoder, cat *catalog, sink Sink, state *change.SourceState, schemas map[string]*change.Table, rel *pglogrepl.RelationMessage, at change.Position) error {
 	id := change.QualifiedName(rel.Namespace, rel.RelationName)
 	if prev := dec.Table(rel.RelationID); prev != nil && prev.ID() != id {
@@ -253,10 +257,25 @@ func (s *Source) relation(ctx context.Context, dec *Decoder, cat *catalog, sink 
 	for i, c := range rel.Columns {
 		cols[i] = rawColumn{Name: c.Name, OID: c.DataType, TypMod: c.TypeModifier}
 	}
+	configured := s.configured(rel.Namespace, rel.RelationName)
+	if !configured && (schemas[id] != nil || slices.Contains(state.Tables, id)) {
+		s.ignore(dec, rel, id, "taken out of source.tables")
+		return nil
+	}
+	recorded := schemas[id]
 	r, err := cat.relation(ctx, rel.RelationID, rel.Namespace, rel.RelationName)
+	if errors.Is(err, ErrGone) {
+		if !configured || recorded == nil {
+			// A partition dropped since, or a table lakeflow never
+			// captured: nothing of it reaches silver.
+			s.ignore(dec, rel, id, "dropped from the source and never captured")
+			return nil
+		}
+		r, err = pastRelation(rel.RelationID, recorded), nil
+	}
 	var t *change.Table
 	if err == nil {
-		t, err = cat.table(ctx, r, cols)
+		t, err = cat.table(ctx, r, cols, recorded)
 	}
 	if err != nil {
 		var pgErr *pgconn.PgError
@@ -266,13 +285,7 @@ func (s *Source) relation(ctx context.Context, dec *Decoder, cat *catalog, sink 
 		return fmt.Errorf("%w: %v", fault.ErrSchemaBreak, err)
 	}
 	dec.SetTable(rel.RelationID, t)
-	if !s.configured(rel.Namespace, rel.RelationName) {
-		for _, old := range state.Tables {
-			if old == id {
-				s.ignored[t] = true // dropped from source.tables on purpose
-				return nil
-			}
-		}
+	if !configured {
 		// Publishing via the partition root, pgoutput also describes the
 		// partition a change was made in; the change itself names the root.
 		if root, err := cat.partitionRoot(ctx, rel.RelationID); err != nil {
@@ -285,4 +298,20 @@ func (s *Source) relation(ctx context.Context, dec *Decoder, cat *catalog, sink 
 			fault.ErrSchemaBreak, id, s.cfg.Publication, at)
 	}
 	return s.publishSchema(ctx, sink, schemas, t, r, at)
+}
+
+// ignore registers a relation whose changes are skipped, described by
+// its Relation message alone (the decoder needs its columns to read
+// them), and says so once per table.
+func (s *Source) ignore(dec *Decoder, rel *pglogrepl.RelationMessage, id, why string) {
+	t := &change.Table{Schema: rel.Namespace, Name: rel.RelationName}
+	for _, c := range rel.Columns {
+		t.Columns = append(t.Columns, change.Column{Name: c.Name, Type: change.Type{Kind: change.KindOther}})
+	}
+	dec.SetTable(rel.RelationID, t)
+	s.ignored[t] = true
+	if !s.skipped[id] {
+		s.skipped[id] = true
+		s.log.Info("changes of a table that is not captured are skipped", "table", id, "because", why)
+	}
 }
