@@ -99,3 +99,21 @@ func TestDefaultColumnOnAPartitionedTable(t *testing.T) {
 	h.run(t, Options{})
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.m")
 }
+
+// TestWideningKeepsPostgreSQLsValues: a real column widened to double
+// precision while changes made before it wait in Kafka: silver, asof and
+// a backfill hold what PostgreSQL's own conversion gives (float4 to
+// float8 is exact), not the float4's shortest text read as a double.
+func TestWideningKeepsPostgreSQLsValues(t *testing.T) {
+	h := newHarness(t, "public.f")
+	pgtest.Exec(t, h.dsn, `CREATE TABLE f (id int PRIMARY KEY, r real, s smallint, n numeric(6,2))`, `ALTER TABLE f REPLICA IDENTITY FULL`,
+		`INSERT INTO f VALUES (1, 1.0/3, 1, 1.25)`)
+	h.run(t, Options{})
+	pgtest.Exec(t, h.dsn, `INSERT INTO f VALUES (2, 2.0/3, 2, 2.5)`, `UPDATE f SET r = 0.1 WHERE id = 1`,
+		`ALTER TABLE f ALTER COLUMN r TYPE double precision`, `ALTER TABLE f ALTER COLUMN s TYPE bigint`,
+		`ALTER TABLE f ALTER COLUMN n TYPE numeric(12,2)`, `INSERT INTO f VALUES (3, 1.0/3, 3, 3.75)`)
+	h.run(t, Options{})
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.f")
+	assertAsOfEqualsSource(t, h, "public.f")
+	assertSameSilver(t, h.cfg.Warehouse.Path, backfillFromLakeAlone(t, h), "f")
+}

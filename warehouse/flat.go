@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"encoding/base64"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -290,7 +291,7 @@ func isUUID(text []byte) bool {
 // has no carrier.
 func newFlatDecoder(id int, topic string, t *change.Table) *flatDecoder {
 	d := &flatDecoder{key: t.KeyColumns()}
-	for _, f := range t.Formerly {
+	for _, f := range slices.Concat(t.Formerly, t.Reals) {
 		if d.since.Less(f.Before) {
 			d.since = f.Before
 		}

@@ -412,6 +412,9 @@ func evolve(prev, next *change.Table, history bool) (plan, error) {
 		if next.Formerly == nil {
 			next.Formerly = formerly(prev, next, applied, added)
 		}
+		if next.Reals == nil {
+			next.Reals = reals(prev, next, applied, d.Widened)
+		}
 	}
 	p.renamed = applied
 	p.summary = strings.Join(summary, "; ")
@@ -603,6 +606,30 @@ func formerly(prev, next *change.Table, renamed []change.Renamed, added []change
 		// before carry that column's values under it.
 		if slices.ContainsFunc(out, func(f change.Former) bool { return strings.EqualFold(f.Name, c.Name) }) {
 			out = append(out, change.Former{Column: c.Name, Before: next.Since})
+		}
+	}
+	return out
+}
+
+// reals carries prev's widened real columns over to next, through the
+// renames between them, and adds those widened from real to double
+// precision at next.Since.
+func reals(prev, next *change.Table, renamed []change.Renamed, widened []change.Retyped) []change.Former {
+	var out []change.Former
+	for _, f := range prev.Reals {
+		for _, r := range renamed {
+			if r.From == f.Column {
+				f.Column = r.To
+				break
+			}
+		}
+		if next.Column(f.Column) >= 0 {
+			out = append(out, f)
+		}
+	}
+	for _, w := range widened {
+		if w.From.Kind == change.KindFloat4 && w.Column.Type.Kind == change.KindFloat8 && w.From.Dims == 0 {
+			out = append(out, change.Former{Column: w.Column.Name, Before: next.Since})
 		}
 	}
 	return out

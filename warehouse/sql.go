@@ -73,13 +73,33 @@ FROM (SELECT kafka_partition, kafka_offset, j, v, %s
 // envelope j, under the name the column had at the event's position: a
 // change made before the source renamed it carries its former name.
 func envField(t *change.Table, side string, c change.Column) string {
+	field := named(t, side, c)
+	for _, f := range t.Reals {
+		if f.Column == c.Name {
+			// Before the widening, a real: as PostgreSQL converts it.
+			field = fmt.Sprintf("CASE WHEN %s THEN CAST(CAST(TRY_CAST(%s AS FLOAT) AS DOUBLE) AS VARCHAR) ELSE %s END",
+				envBefore(f.Before), field, field)
+		}
+	}
+	return field
+}
+
+// envBefore is SQL over the parsed envelope j that is true for a change
+// made before position p.
+func envBefore(p change.Position) string {
+	seq, ord := "TRY_CAST(j._cdc_seq AS UBIGINT)", "TRY_CAST(j._cdc_ord AS UINTEGER)"
+	return fmt.Sprintf("(%[1]s < %[3]d OR (%[1]s = %[3]d AND %[2]s < %[4]d))", seq, ord, uint64(p.Seq), p.Ord)
+}
+
+// named is SQL for the value of column c in image side of j under the
+// name it had at the event's position.
+func named(t *change.Table, side string, c change.Column) string {
 	formers := formerNames(t, c.Name)
 	field := "j." + side + "." + ident(c.Name)
 	if len(formers) == 0 {
 		return field
 	}
 	fields := formerFields(t)
-	seq, ord := "TRY_CAST(j._cdc_seq AS UBIGINT)", "TRY_CAST(j._cdc_ord AS UINTEGER)"
 	var b strings.Builder
 	b.WriteString("CASE")
 	for _, f := range formers {
@@ -91,8 +111,7 @@ func envField(t *change.Table, side string, c change.Column) string {
 			pointer := "/" + side + "/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(f.Name)
 			v = fmt.Sprintf("try(from_json(json_extract(v, %s), %s))", literal(pointer), literal(`"`+duckType(c.Type).extract+`"`))
 		}
-		fmt.Fprintf(&b, " WHEN %[1]s < %[3]d OR (%[1]s = %[3]d AND %[2]s < %[4]d) THEN %[5]s",
-			seq, ord, uint64(f.Before.Seq), f.Before.Ord, v)
+		fmt.Fprintf(&b, " WHEN %s THEN %s", envBefore(f.Before), v)
 	}
 	b.WriteString(" ELSE " + field + " END")
 	return b.String()

@@ -104,7 +104,13 @@ type Table struct {
 	// changes still in Kafka when silver followed a rename carry the old
 	// name (the warehouse keeps these, as it keeps Retired).
 	Formerly []Former `json:"formerly,omitempty"`
-	keys     []int
+	// Reals are columns widened from real to double precision (Column,
+	// Before; no Name): a change made before Before carries the value as
+	// PostgreSQL prints a real, which reads as PostgreSQL's own exact
+	// conversion only through a FLOAT (read as a double, 0.6666667 is
+	// not the float4 0.6666666865348816 PostgreSQL's rewrite keeps).
+	Reals []Former `json:"reals,omitempty"`
+	keys  []int
 }
 
 // Former is a name a column had: events before Before carry Column under
