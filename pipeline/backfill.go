@@ -192,6 +192,13 @@ func rebuild(ctx context.Context, cfg *config.Config, path string, st *BackfillS
 	if st.Adopted, err = nw.AdoptLakeFiles(ctx); err != nil {
 		return err
 	}
+	if old == nil {
+		// Kafka trims what the lost warehouse had read: the next run
+		// reads on from where the lake ends.
+		if err := nw.RestoreOffsets(ctx); err != nil {
+			return err
+		}
+	}
 	step("lake files adopted")
 	if st.ReplayStats, err = nw.Replay(ctx, warehouse.ReplayScope{ChunkEvents: replayChunk}); err != nil {
 		return err

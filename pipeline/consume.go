@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/config"
@@ -62,10 +65,19 @@ type consumer struct {
 	flight    *flight
 	trimmed   time.Time
 	stateCopy *change.SourceState
-	// applied is the end LSN of the last consistent batch: the source
-	// confirms the slot no further.
+	// applied is the end LSN of the last consistent batch, or of a
+	// watermark past it with nothing to apply (a heartbeat): the source
+	// confirms the slot no further. seq is the source position silver is
+	// at as of the same (the batch being applied included), and idleEnd
+	// the end LSN of such a watermark reached while a batch is applied,
+	// which applied takes once it has committed.
 	applied atomic.Uint64
-	stats   consumerStats
+	seq     change.LSN
+	idleEnd change.LSN
+	// strays are records of the meta topics that lakeflow did not write:
+	// the next batch keeps them as dead letters.
+	strays []warehouse.DeadLetter
+	stats  consumerStats
 	// checks delivers the results of scheduled checks (lakeflow.checks),
 	// recorded while idle; nil when none are scheduled.
 	checks <-chan checkRun
@@ -208,10 +220,9 @@ func (c *consumer) loop(ctx context.Context) error {
 		for _, r := range recs {
 			c.seen[r.Topic].Next[r.Partition] = r.Offset + 1
 			if r.Topic == c.wmTopic() {
-				if err := c.addMark(r.Offset, r.Value); err != nil {
-					return err
+				if c.addMark(r) {
+					unknown = unknown || !c.assigned(c.marks[len(c.marks)-1].bounds)
 				}
-				unknown = unknown || !c.assigned(c.marks[len(c.marks)-1].bounds)
 				continue
 			}
 			rec := warehouse.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Value: r.Value, Arrived: arrival(r.Timestamp)}
@@ -286,24 +297,48 @@ func arrival(ts time.Time) time.Time {
 	return ts
 }
 
-// addMark folds a watermark record into the bounds.
-func (c *consumer) addMark(offset int64, value []byte) error {
+// addMark folds a watermark record into the bounds, and reports whether
+// it was one: a record lakeflow did not write (Signer) is a stray, set
+// aside as a dead letter, so that no record another client writes to
+// the topic can stop the consumer or move where batches end. A bound
+// never moves back: lakeflow's watermarks only move forward in a topic.
+func (c *consumer) addMark(r *kgo.Record) bool {
 	var w change.Watermark
-	if err := json.Unmarshal(value, &w); err != nil {
-		return fmt.Errorf("%s offset %d is not a watermark: %w", c.wmTopic(), offset, err)
+	err := json.Unmarshal(r.Value, &w)
+	switch {
+	case err != nil:
+		c.stray(kafka.Stray{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Value: r.Value, Reason: "not a watermark: " + err.Error()})
+		return false
+	case !c.kafka.Signed(r):
+		c.stray(kafka.Stray{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Value: r.Value, Reason: "not signed by this pipeline: another client wrote it"})
+		return false
 	}
 	for topic, parts := range w.Offsets {
 		if c.bounds[topic] == nil {
 			c.bounds[topic] = map[int32]int64{}
 		}
-		maps.Copy(c.bounds[topic], parts)
+		for p, end := range parts {
+			c.bounds[topic][p] = max(c.bounds[topic][p], end)
+		}
 	}
 	b := make(map[string]map[int32]int64, len(c.bounds))
 	for topic, parts := range c.bounds {
 		b[topic] = maps.Clone(parts)
 	}
-	c.marks = append(c.marks, mark{w: w, offset: offset, bounds: b})
-	return nil
+	c.marks = append(c.marks, mark{w: w, offset: r.Offset, bounds: b})
+	return true
+}
+
+// stray sets a record of a meta topic aside: the next batch keeps it as
+// a dead letter (lakeflow.dlq, the lake's _dlq, <prefix>.dlq).
+func (c *consumer) stray(s kafka.Stray) {
+	c.log.Warn("a record lakeflow did not write is set aside as a dead letter", "topic", s.Topic, "offset", s.Offset, "reason", s.Reason)
+	c.strays = append(c.strays, deadStray(s))
+}
+
+// deadStray is the dead letter of a stray record.
+func deadStray(s kafka.Stray) warehouse.DeadLetter {
+	return warehouse.DeadLetter{Topic: s.Topic, Partition: s.Partition, Offset: s.Offset, Stage: "meta", Reason: s.Reason, Payload: s.Value}
 }
 
 // step applies a batch if one is due: up to the newest watermark whose
@@ -340,11 +375,33 @@ func (c *consumer) step(ctx context.Context, target map[string]map[int32]int64) 
 		c.dropMarks(m.offset)
 		return nil
 	}
+	if n == 0 && !slices.ContainsFunc(c.strays, func(d warehouse.DeadLetter) bool { return d.Offset <= m.offset }) {
+		c.idle(m)
+		return nil
+	}
 	last := target != nil && n == len(c.pending) && reached(c.seen, target)
 	if n == 0 || last || hard || n >= c.cfg.BatchEvents || size >= c.cfg.BatchBytes || c.waited(target != nil) {
 		return c.apply(ctx, n, m)
 	}
 	return nil
+}
+
+// idle takes a watermark up to which there is nothing to apply: the
+// source passed transactions of other tables (a heartbeat is one), or
+// sent again one silver holds. It makes no batch (an idle pipeline writes
+// nothing): the slot may be confirmed up to it once every batch before
+// it has committed, and one at or behind silver's position changes
+// nothing.
+func (c *consumer) idle(m *mark) {
+	if m.w.Seq > c.seq {
+		c.seq = m.w.Seq
+		if c.flight == nil {
+			c.applied.Store(max(c.applied.Load(), uint64(m.w.End)))
+		} else {
+			c.idleEnd = max(c.idleEnd, m.w.End)
+		}
+	}
+	c.dropMarks(m.offset)
 }
 
 // pace pauses fetching from partitions that hold everything the next
@@ -499,6 +556,17 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 		}
 		pos.Next[r.Partition] = max(pos.Next[r.Partition], r.Offset+1)
 	}
+	// The strays a batch reads past (those of the watermark topic before
+	// its mark) become its dead letters.
+	keep := c.strays[:0:0]
+	for _, d := range c.strays {
+		if d.Topic != c.wmTopic() || (m != nil && d.Offset < m.offset) {
+			batch.Dead = append(batch.Dead, d)
+		} else {
+			keep = append(keep, d)
+		}
+	}
+	c.strays = keep
 	if m != nil {
 		wm := clonePosition(c.committed[c.wmTopic()])
 		wm.Next[0] = m.offset + 1
@@ -538,6 +606,9 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 	if m != nil {
 		c.dropMarks(m.offset)
 	}
+	if batch.Watermark != nil {
+		c.seq = max(c.seq, batch.Watermark.Seq)
+	}
 	c.bytes = 0
 	c.oldest = time.Now()
 	for _, r := range rest {
@@ -575,8 +646,13 @@ func (c *consumer) settle(ctx context.Context) error {
 		return spentError{err}
 	}
 	if f.batch.Watermark != nil {
-		c.applied.Store(uint64(f.batch.Watermark.End))
+		c.applied.Store(max(c.applied.Load(), uint64(f.batch.Watermark.End)))
 	}
+	if c.idleEnd > 0 {
+		// A watermark with nothing to apply came after the batch.
+		c.applied.Store(max(c.applied.Load(), uint64(c.idleEnd)))
+	}
+	c.idleEnd = 0
 	c.stats.events.Add(int64(st.Events))
 	c.stats.batches.Add(1)
 	c.stats.files.Add(int64(st.LakeFiles))
@@ -612,6 +688,9 @@ func (c *consumer) seenAsTarget() map[string]map[int32]int64 {
 // them on <prefix>.dlq (lakeflow.dlq and the lake hold them already).
 func (c *consumer) deadLetters(ctx context.Context, dead []warehouse.DeadLetter) {
 	total := c.stats.dead.Add(int64(len(dead)))
+	if c.metrics != nil {
+		c.metrics.dead.Add(float64(len(dead)))
+	}
 	c.log.Warn("events could not be applied and went to the dead-letter queue (lakeflow.dlq)",
 		"events", len(dead), "this_run", total, "first", dead[0].Topic+"/"+fmt.Sprint(dead[0].Partition)+"@"+fmt.Sprint(dead[0].Offset)+": "+dead[0].Reason)
 	out := make([]kafka.DeadLetter, len(dead))
@@ -672,14 +751,14 @@ func (c *consumer) syncSchemas(ctx context.Context) error {
 	if c.flight != nil {
 		// The warehouse is busy with a batch: look at the schema topic
 		// alone, and wait for the batch only when it has moved.
-		recs, _, reset, err := c.kafka.Schemas(ctx, c.schemaNext)
+		recs, strays, _, reset, err := c.kafka.Schemas(ctx, c.schemaNext)
 		if err != nil {
 			return err
 		}
-		moved := len(recs) > 0 || reset
+		moved := len(recs)+len(strays) > 0 || reset
 		if !moved && (c.stateCopy == nil || !c.stateCopy.Snapshotted || c.stateCopy.Slot != c.slot) {
 			// During a snapshot: has the source's state moved on?
-			state, err := c.kafka.SourceState(ctx)
+			state, _, err := c.kafka.SourceState(ctx)
 			if err != nil {
 				return err
 			}
@@ -696,9 +775,14 @@ func (c *consumer) syncSchemas(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	recs, next, reset, err := c.kafka.Schemas(ctx, kafka.Position(from))
+	recs, strays, next, reset, err := c.kafka.Schemas(ctx, kafka.Position(from))
 	if err != nil {
 		return err
+	}
+	var dead []warehouse.DeadLetter
+	for _, st := range strays {
+		c.log.Warn("a record lakeflow did not write is set aside as a dead letter", "topic", st.Topic, "offset", st.Offset, "reason", st.Reason)
+		dead = append(dead, deadStray(st))
 	}
 	c.schemaNext = next
 	if reset {
@@ -706,20 +790,23 @@ func (c *consumer) syncSchemas(ctx context.Context) error {
 	}
 	var state *change.SourceState
 	if c.stateCopy == nil || !c.stateCopy.Snapshotted || c.stateCopy.Slot != c.slot {
-		if state, err = c.kafka.SourceState(ctx); err != nil {
+		if state, _, err = c.kafka.SourceState(ctx); err != nil {
 			return err
 		}
 		if state != nil && c.stateCopy != nil && equalState(state, c.stateCopy) {
 			state = nil
 		}
 	}
-	if len(recs) > 0 || state != nil || reset {
+	if len(recs)+len(dead) > 0 || state != nil || reset {
 		schemas := make([]warehouse.Schema, len(recs))
 		for i, r := range recs {
 			schemas[i] = warehouse.Schema{Topic: r.Topic, Table: r.Table}
 		}
-		if err := c.wh.ApplySchemas(ctx, schemas, topic, warehouse.TopicPosition(next), state); err != nil {
+		if err := c.wh.ApplySchemas(ctx, schemas, topic, warehouse.TopicPosition(next), state, dead); err != nil {
 			return err
+		}
+		if len(dead) > 0 {
+			c.deadLetters(ctx, dead)
 		}
 		if state != nil {
 			c.stateCopy = state
@@ -751,7 +838,10 @@ func (c *consumer) assign(ctx context.Context, topic string, partitions int) err
 	if err != nil {
 		return err
 	}
-	from, reset, err := c.kafka.Assign(ctx, topic, partitions, kafka.Position(stored))
+	// Watermarks are hints: one trimmed before the warehouse read it
+	// (a warehouse rebuilt from the lake) bounded only records the
+	// warehouse holds.
+	from, reset, err := c.kafka.Assign(ctx, topic, partitions, kafka.Position(stored), topic == c.wmTopic())
 	if err != nil {
 		return err
 	}
@@ -759,8 +849,8 @@ func (c *consumer) assign(ctx context.Context, topic string, partitions int) err
 		c.log.Warn("the Kafka log the warehouse read is gone (its data was deleted or reset); reading the present one from its start, skipping the events the lake and silver hold",
 			"topic", topic, "warehouse_at", c.wh.Floor())
 	}
-	if reset && topic != c.wmTopic() {
-		if err := c.wh.LogReset(ctx, topic); err != nil {
+	if topic != c.wmTopic() {
+		if err := c.wh.ReadingTopic(ctx, topic, from.ID); err != nil {
 			return err
 		}
 	}

@@ -18,9 +18,10 @@ var demoTables = []string{"customers", "products", "orders", "order_items", "pay
 
 // process is a lakeflow command running as its own process.
 type process struct {
-	cmd     *exec.Cmd
-	batches chan struct{} // one value per committed batch
-	exited  chan error
+	cmd       *exec.Cmd
+	batches   chan struct{} // one value per committed batch
+	streaming chan struct{} // the replication stream started
+	exited    chan error
 }
 
 func start(t *testing.T, h *harness, args ...string) *process {
@@ -33,7 +34,7 @@ func start(t *testing.T, h *harness, args ...string) *process {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &process{cmd: cmd, batches: make(chan struct{}, 1<<16), exited: make(chan error, 1)}
+	p := &process{cmd: cmd, batches: make(chan struct{}, 1<<16), streaming: make(chan struct{}, 1), exited: make(chan error, 1)}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -43,10 +44,28 @@ func start(t *testing.T, h *harness, args ...string) *process {
 			if strings.Contains(line, `msg="batch committed"`) {
 				p.batches <- struct{}{}
 			}
+			if strings.Contains(line, `msg=streaming`) {
+				select {
+				case p.streaming <- struct{}{}:
+				default:
+				}
+			}
 		}
 		p.exited <- cmd.Wait()
 	}()
 	return p
+}
+
+// waitStreaming waits for the replication stream to run.
+func (p *process) waitStreaming(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.streaming:
+	case err := <-p.exited:
+		t.Fatalf("lakeflow exited early: %v", err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("lakeflow did not stream in 2 minutes")
+	}
 }
 
 // waitBatches waits for n committed batches.
@@ -122,9 +141,10 @@ func TestKillNineAndReplay(t *testing.T) {
 	if err := <-workload; err != nil {
 		t.Fatal(err)
 	}
-	// One more kill after the workload, then the drain.
+	// One more kill after the workload, once it streams (it may have
+	// nothing left to apply: idle, it makes no batch), then the drain.
 	p := start(t, h, "run", "--follow")
-	p.waitBatches(t, 1)
+	p.waitStreaming(t)
 	p.kill(t)
 	p = start(t, h, "run")
 	if err := p.wait(t); err != nil {

@@ -62,21 +62,30 @@ func TestDeadLettersLeaveTheRestAlone(t *testing.T) {
 // with a plain Kafka producer.
 func writeGarbage(t *testing.T, h *harness, table string, values [][]byte) {
 	t.Helper()
+	withBroker(t, h, func(cl *kgo.Client) {
+		for _, v := range values {
+			if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: kafka.TableTopic(h.cfg.Kafka.TopicPrefix, "public", table), Value: v}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// withBroker starts the stopped pipeline's embedded broker and hands a
+// plain Kafka client of it to f.
+func withBroker(t *testing.T, h *harness, f func(cl *kgo.Client)) {
+	t.Helper()
 	b, err := kafka.StartBroker(h.cfg.Kafka.Dir, h.cfg.Kafka.Listen, quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.DefaultProduceTopic(kafka.TableTopic(h.cfg.Kafka.TopicPrefix, "public", table)))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	for _, v := range values {
-		if err := cl.ProduceSync(context.Background(), &kgo.Record{Value: v}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	f(cl)
 }
 
 // TestTransactionsAreNeverSplit: with a batch limit smaller than a

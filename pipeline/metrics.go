@@ -76,7 +76,6 @@ func (m *metrics) batch(st warehouse.BatchStats, wm *change.Watermark, took time
 	m.batches.Inc()
 	m.files.Add(float64(st.LakeFiles))
 	m.quarantined.Add(float64(st.Quarantined))
-	m.dead.Add(float64(len(st.Dead)))
 	m.batchSeconds.Observe(took.Seconds())
 	m.lastBatch.Set(float64(at.UnixNano()) / 1e9)
 	if wm != nil {

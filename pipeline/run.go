@@ -111,11 +111,6 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		Brokers: env.brokers, Prefix: cfg.Kafka.TopicPrefix, Partitions: cfg.Kafka.Partitions,
 		Retention: cfg.Kafka.Retention, RetentionBytes: cfg.Kafka.RetentionBytes, Database: env.database,
 	}
-	prod, err := kafka.NewProducer(kcfg, log)
-	if err != nil {
-		return err
-	}
-	defer prod.Close()
 	cons, err := kafka.NewConsumer(kcfg)
 	if err != nil {
 		return err
@@ -127,13 +122,29 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	if err != nil {
 		return err
 	}
+	sg, err := establishSigning(ctx, cons, wh, fallback, log)
+	if err != nil {
+		return err
+	}
+	kcfg.Signer = sg.signer
+	prod, err := kafka.NewProducer(kcfg, log)
+	if err != nil {
+		return err
+	}
+	defer prod.Close()
+	if sg.introduced != nil {
+		if err := prod.SaveState(ctx, *sg.introduced); err != nil {
+			return err
+		}
+		fallback = nil // the consumer copies the new state into the warehouse
+	}
 	drain := make(chan struct{})
 	if !opts.Follow && opts.Workload == nil {
 		close(drain)
 	}
 	sourceDone := make(chan struct{})
 	c := &consumer{cfg: cfg.Pipeline, kcfg: kcfg, slot: cfg.Source.Slot, kafka: cons, wh: wh, log: log,
-		follow: opts.Follow, sourceDone: sourceDone, stateCopy: fallback}
+		follow: opts.Follow, sourceDone: sourceDone, stateCopy: fallback, seq: wh.Floor(), strays: sg.strays}
 	if opts.Follow && cfg.Check.Interval > 0 {
 		c.checks = scheduleChecks(ctx, cfg, log)
 	}
@@ -155,7 +166,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		Applied:   func() change.LSN { return change.LSN(c.applied.Load()) },
 		Delivered: wh.Floor(),
 		Fallback:  fallback, FallbackSchemas: wh.Schemas(),
-		Contracts: set,
+		Contracts: set, Key: sg.key,
 	}, log)
 
 	started := time.Now()

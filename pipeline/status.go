@@ -234,6 +234,7 @@ func (r *StatusReport) slot(ctx context.Context, cfg *config.Config) {
 // consumerLag compares Kafka's end offsets, for every table topic and the
 // watermark topic, with the offsets the published warehouse holds (none
 // yet for a topic no batch has read: all of it is lag), if Kafka answers.
+// The watermark topic lags only while table records do.
 func (r *StatusReport) consumerLag(ctx context.Context, cfg *config.Config, rd *warehouse.Reader) {
 	brokers := cfg.Kafka.Brokers
 	if cfg.Kafka.Embedded() {
@@ -274,11 +275,20 @@ func (r *StatusReport) consumerLag(ctx context.Context, cfg *config.Config, rd *
 		r.Notes = append(r.Notes, "Kafka does not answer (the embedded broker runs only with lakeflow run): no consumer lag")
 		return
 	}
+	var behind int64
 	for _, t := range topics {
 		var lag int64
 		for p, e := range end[t] {
 			lag += max(e-next[t][p], 0)
 		}
 		r.Topics = append(r.Topics, TopicLag{Topic: t, Lag: lag})
+		if t != topics[0] {
+			behind += lag
+		}
+	}
+	if behind == 0 {
+		// Watermarks that bound no record left to apply (heartbeats,
+		// which make no batch) are no lag.
+		r.Topics[0].Lag = 0
 	}
 }

@@ -3,11 +3,19 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/pipeline/kafka"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )
 
@@ -116,4 +124,215 @@ func TestWideningKeepsPostgreSQLsValues(t *testing.T) {
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.f")
 	assertAsOfEqualsSource(t, h, "public.f")
 	assertSameSilver(t, h.cfg.Warehouse.Path, backfillFromLakeAlone(t, h), "f")
+}
+
+// TestStrayRecordsOnMetaTopics: records another Kafka client writes to
+// lakeflow's meta topics — garbage, and well-formed ones lakeflow did
+// not write (a watermark claiming a huge position and the topics' real
+// ends, a schema that changes the table, a state that undoes the
+// snapshot) — are set aside as dead letters, once, and move nothing:
+// not where batches end, not the positions, not lakeflow.batches.
+func TestStrayRecordsOnMetaTopics(t *testing.T) {
+	h := newHarness(t, "public.t")
+	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, v int)`, `ALTER TABLE t REPLICA IDENTITY FULL`,
+		`INSERT INTO t SELECT g, g FROM generate_series(1, 10) g`)
+	h.run(t, Options{})
+	prefix := h.cfg.Kafka.TopicPrefix
+	huge := uint64(1) << 62
+	withBroker(t, h, func(cl *kgo.Client) {
+		ctx := context.Background()
+		topic := kafka.TableTopic(prefix, "public", "t")
+		ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		end, _ := ends.Lookup(topic, 0)
+		forged := fmt.Sprintf(`{"seq":%d,"end":%d,"offsets":{%q:{"0":%d}}}`, huge, huge, topic, end.Offset+3)
+		for _, r := range []*kgo.Record{
+			{Topic: kafka.WatermarkTopic(prefix), Value: []byte("hello")},
+			{Topic: kafka.WatermarkTopic(prefix), Value: []byte(forged)},
+			{Topic: kafka.SchemaTopic(prefix), Key: []byte("public.t"), Value: []byte("hello")},
+			{Topic: kafka.SchemaTopic(prefix), Key: []byte("public.t"), Value: []byte(`{"topic":"` + topic + `","schema":{"schema":"public","table":"t","columns":[{"name":"id","type":{"kind":"int4","name":"integer"},"key":true},{"name":"w","type":{"kind":"text","name":"text"}}],"since":{"seq":1,"ord":0}}}`)},
+			{Topic: kafka.StateTopic(prefix), Key: []byte("source"), Value: []byte("hello")},
+			{Topic: kafka.StateTopic(prefix), Key: []byte("source"), Value: []byte(`{"slot":"` + h.cfg.Source.Slot + `","consistent_point":1,"snapshotted":false,"tables":["public.t"]}`)},
+		} {
+			if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	pgtest.Exec(t, h.dsn, `UPDATE t SET v = v + 100 WHERE id <= 3`, `INSERT INTO t VALUES (11, 11)`, `DELETE FROM t WHERE id = 10`)
+	h.run(t, Options{})
+	pgtest.Exec(t, h.dsn, `INSERT INTO t VALUES (12, 12)`)
+	h.run(t, Options{})
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
+	assertLakeExactlyOnce(t, h.cfg, "public.t")
+	if got := queryText(t, h.cfg.Warehouse.Path, fmt.Sprintf("SELECT count(*) FROM lakeflow.batches WHERE lsn >= %d OR end_lsn >= %d", huge, huge)); got != "0" {
+		t.Errorf("%s batches took the forged watermark's position", got)
+	}
+	if got := queryText(t, h.cfg.Warehouse.Path, "SELECT string_agg(column_name, ',' ORDER BY column_name) FROM information_schema.columns WHERE table_schema = 'silver' AND table_name = 't' AND column_name NOT LIKE '\\_%' ESCAPE '\\'"); got != "id,v" {
+		t.Errorf("silver.t has the columns %s: the forged schema was applied", got)
+	}
+	if got := queryText(t, h.cfg.Warehouse.Path, "SELECT string_agg(split_part(topic, '._', 2) || ':' || failure_stage, ',' ORDER BY topic, \"offset\") FROM lakeflow.dlq"); got != "schemas:meta,schemas:meta,state:meta,state:meta,watermarks:meta,watermarks:meta" {
+		t.Errorf("lakeflow.dlq holds %s, want each stray once", got)
+	}
+	db := openDuck(t, h.cfg.Warehouse.Path)
+	defer db.Close()
+	var inLake int64
+	queryRow(t, db, "SELECT count(*) FROM read_parquet(?)", &inLake, filepath.Join(h.cfg.Lake.Dir, "_dlq", "*", "*", "*.parquet"))
+	if inLake != 6 {
+		t.Errorf("the lake's _dlq holds %d records, want the 6 strays once", inLake)
+	}
+}
+
+// TestIdleCostsNothing: while the captured tables are idle, heartbeats
+// move the slot on, and lakeflow writes nothing: no batch, no copy of
+// the warehouse, no lake file.
+func TestIdleCostsNothing(t *testing.T) {
+	h := newHarness(t, "public.t")
+	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, v int)`, `ALTER TABLE t REPLICA IDENTITY FULL`, `INSERT INTO t VALUES (1, 1)`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- Run(ctx, h.cfg, Options{Follow: true}, h.log) }()
+	conn := pgtest.Connect(t, h.dsn)
+	pgtest.Exec(t, h.dsn, `INSERT INTO t VALUES (2, 2)`)
+	published := func() string {
+		out, err := lakeflowCmd(t, "--config", h.file, "sql", "--format", "csv", "SELECT batch, (SELECT count(*) FROM silver.t) FROM lakeflow.published").Output()
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if err != nil || len(lines) != 2 {
+			return ""
+		}
+		return lines[1] // batch,rows
+	}
+	var copied string
+	waitFor(t, "the change in the published warehouse", func() bool {
+		copied = published()
+		return strings.HasSuffix(copied, ",2")
+	})
+	info, err := os.Stat(h.cfg.Warehouse.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lakeFiles := func() int {
+		files, _ := filepath.Glob(filepath.Join(h.cfg.Lake.Dir, "t", "*", "*.parquet"))
+		return len(files)
+	}
+	files := lakeFiles()
+	// Twice: the slot passes WAL written after the change, which only the
+	// heartbeats' watermarks can take it past.
+	for range 2 {
+		var wal string
+		if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&wal); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the slot past "+wal, func() bool {
+			var past bool
+			err := conn.QueryRow(ctx, "SELECT confirmed_flush_lsn > $1::pg_lsn FROM pg_replication_slots WHERE slot_name = $2", wal, h.cfg.Source.Slot).Scan(&past)
+			return err == nil && past
+		})
+	}
+	if now := published(); now != copied {
+		t.Errorf("the published warehouse went from %q to %q while idle", copied, now)
+	}
+	if again, err := os.Stat(h.cfg.Warehouse.Path); err != nil || !again.ModTime().Equal(info.ModTime()) {
+		t.Errorf("the published warehouse was written again while idle")
+	}
+	if n := lakeFiles(); n != files {
+		t.Errorf("%d lake files were written while idle", n-files)
+	}
+	cancel()
+	if err := waitStopped(t, errc); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := queryText(t, h.cfg.Warehouse.Path, "SELECT max(batch) FROM lakeflow.batches"), strings.Split(copied, ",")[0]; got != want {
+		t.Errorf("lakeflow.batches goes up to batch %s, the change's was %s: idle heartbeats made batches", got, want)
+	}
+}
+
+// waitFor waits for cond, polling, for at most a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited a minute for %s", what)
+		}
+	}
+}
+
+// TestRebuiltFromTheLakeAfterKafkaTrimmed: the warehouse is lost, Kafka
+// has trimmed what it had read, and lakeflow backfill --all rebuilds it
+// from the lake alone: the runs after it read Kafka on from where the
+// lake ends.
+func TestRebuiltFromTheLakeAfterKafkaTrimmed(t *testing.T) {
+	defer func(d time.Duration) { trimInterval = d }(trimInterval)
+	trimInterval = 50 * time.Millisecond
+	h := newHarnessWith(t, "retention = \"1ms\"\nretention_bytes = \"1B\"", "public.t", "public.u")
+	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, v int)`, `CREATE TABLE u (id int PRIMARY KEY, v int)`,
+		`ALTER TABLE t REPLICA IDENTITY FULL`, `ALTER TABLE u REPLICA IDENTITY FULL`)
+	change := func(from int) Options {
+		return Options{Workload: func(ctx context.Context, dsn string) error {
+			var steps [][]string
+			for i := from; i < from+40; i++ {
+				steps = append(steps, []string{fmt.Sprintf(`INSERT INTO t VALUES (%d, %d)`, i, i), fmt.Sprintf(`INSERT INTO u VALUES (%d, %d)`, i, i),
+					fmt.Sprintf(`UPDATE t SET v = v + 1 WHERE id = %d`, from)})
+			}
+			return applySteps(ctx, dsn, steps)
+		}}
+	}
+	h.run(t, change(1))
+	h.run(t, change(100))
+	if start, _ := topicOffsets(t, h.cfg, "t"); start == 0 {
+		t.Fatal("Kafka trimmed nothing: the test proves nothing")
+	}
+	lose(t, h)
+	if _, err := Backfill(context.Background(), h.cfg, BackfillOptions{All: true}, h.log); err != nil {
+		t.Fatal(err)
+	}
+	h.run(t, change(200))
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t", "public.u")
+	assertLakeExactlyOnce(t, h.cfg, "public.t", "public.u")
+}
+
+// lose deletes the warehouse files, live and published.
+func lose(t *testing.T, h *harness) {
+	t.Helper()
+	for _, p := range []string{h.cfg.Warehouse.Live, h.cfg.Warehouse.Path} {
+		for _, f := range []string{p, p + ".wal"} {
+			if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestNewWarehouseOnALakeOfTwoKafkaEras: the Kafka data was lost once
+// (the warehouse kept), then the warehouse too. Kafka no longer has the
+// events of the lake's first era: a run does not rebuild the warehouse
+// from Kafka (it would miss them, and take the second era's offsets for
+// the first's), it stops and names lakeflow backfill --all, which does.
+func TestNewWarehouseOnALakeOfTwoKafkaEras(t *testing.T) {
+	h := newHarness(t, "public.t")
+	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, v int)`, `ALTER TABLE t REPLICA IDENTITY FULL`,
+		`INSERT INTO t SELECT g, g FROM generate_series(1, 50) g`)
+	h.run(t, Options{})
+	pgtest.Exec(t, h.dsn, `UPDATE t SET v = v + 1 WHERE id <= 20`)
+	h.run(t, Options{})
+	if err := os.RemoveAll(h.cfg.Kafka.Dir); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, h.dsn, `UPDATE t SET v = v + 1 WHERE id > 40`, `INSERT INTO t VALUES (51, 51)`)
+	h.run(t, Options{})
+	lose(t, h)
+	err := runWatched(t, h.cfg, Options{}, h.log)
+	if err == nil || !strings.Contains(err.Error(), "lakeflow backfill --all") {
+		t.Fatalf("want a stop that names lakeflow backfill --all, got %v", err)
+	}
+	if _, err := Backfill(context.Background(), h.cfg, BackfillOptions{All: true}, h.log); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, h.dsn, `DELETE FROM t WHERE id = 3`)
+	h.run(t, Options{})
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
+	assertLakeMatchesSilver(t, h.cfg, "t")
 }

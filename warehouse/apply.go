@@ -38,6 +38,10 @@ type Batch struct {
 	// Watermark is set when the batch ends exactly at it: silver is then
 	// the source as of Watermark.Seq, with no transaction in part.
 	Watermark *change.Watermark
+	// Dead are records the batch read that are not lakeflow's (another
+	// client wrote them to its watermark or state topic): they become
+	// dead letters with the batch's own.
+	Dead []DeadLetter
 }
 
 // BatchStats describes an applied batch and where its time went.
@@ -103,7 +107,7 @@ func (w *Warehouse) ApplyStaged(ctx context.Context, b Batch, s *Staged) (BatchS
 	st := BatchStats{Stage: s.took}
 	since := laps()
 	ctx = context.WithoutCancel(ctx)
-	order, rows, err := w.decodeBatch(ctx, b.Records, s, &st, since)
+	order, rows, err := w.decodeBatch(ctx, b, s, &st, since)
 	close(s.read)
 	if err == nil {
 		err = w.narrow(ctx, order)
@@ -186,13 +190,16 @@ func (w *Warehouse) removeStaging(ctx context.Context, files []lake.File) {
 // fills scratch tables alone, so it runs before the batch's transaction:
 // the staged envelopes, as large as the batch, are freed once decoded
 // instead of at the commit.
-func (w *Warehouse) decodeBatch(ctx context.Context, recs []Record, s *Staged, st *BatchStats, since func() time.Duration) ([]*table, map[*table]rowsInfo, error) {
+func (w *Warehouse) decodeBatch(ctx context.Context, b Batch, s *Staged, st *BatchStats, since func() time.Duration) ([]*table, map[*table]rowsInfo, error) {
 	stage.Enter(stage.Parse)
 	if err := w.resetScratch(ctx, "lakeflow_dead"); err != nil {
 		return nil, nil, err
 	}
+	if err := w.addDead(ctx, b.Dead); err != nil {
+		return nil, nil, err
+	}
 	touched := map[*table]bool{}
-	for _, r := range recs {
+	for _, r := range b.Records {
 		if t := w.byTopic[r.Topic]; t != nil {
 			touched[t] = true
 		}

@@ -54,6 +54,49 @@ func (w *Warehouse) schemaless(ctx context.Context) error {
 	return err
 }
 
+// addDead adds dead letters known before the batch decodes (records of
+// a meta topic another client wrote) to the batch's.
+func (w *Warehouse) addDead(ctx context.Context, dead []DeadLetter) error {
+	for _, d := range dead {
+		if _, err := w.conn.ExecContext(ctx, "INSERT INTO lakeflow_dead VALUES (?, ?, ?, NULLIF(?, ''), ?, ?, ?, NULL, NULL)",
+			d.Topic, d.Partition, d.Offset, d.Table, d.Stage, d.Reason, d.Payload); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recordDead records dead letters outside a batch (inside the caller's
+// transaction) as a batch does its own, and returns their staged lake
+// files, to publish once the transaction has committed.
+func (w *Warehouse) recordDead(ctx context.Context, dead []DeadLetter, positions map[string]TopicPosition) ([]lake.File, error) {
+	if len(dead) == 0 {
+		return nil, nil
+	}
+	if err := w.resetScratch(ctx, "lakeflow_dead"); err != nil {
+		return nil, err
+	}
+	if err := w.addDead(ctx, dead); err != nil {
+		return nil, err
+	}
+	if _, err := w.deadLetters(ctx, positions); err != nil {
+		return nil, err
+	}
+	files, err := w.writeDeadLetters(ctx, len(dead), positions)
+	if err == nil {
+		err = w.lake.SyncStaging()
+	}
+	return files, err
+}
+
+// Dead reports whether lakeflow.dlq holds the record at offset of
+// partition of topic already.
+func (w *Warehouse) Dead(ctx context.Context, topic string, partition int32, offset int64) (bool, error) {
+	var n int
+	err := w.conn.QueryRowContext(ctx, `SELECT count(*) FROM lakeflow.dlq WHERE topic = ? AND "partition" = ? AND "offset" = ?`, topic, partition, offset).Scan(&n)
+	return n > 0, err
+}
+
 // deadLetters records the batch's dead letters in lakeflow.dlq (a replayed
 // batch adds nothing twice) and returns them.
 func (w *Warehouse) deadLetters(ctx context.Context, positions map[string]TopicPosition) ([]DeadLetter, error) {
@@ -124,7 +167,8 @@ func (w *Warehouse) writeDeadLetters(ctx context.Context, n int, positions map[s
 		f := w.lake.NewFile(filepath.Join(deadLetterDir, change.SafeName(g.topic)), day, g.span)
 		files = append(files, f)
 		_, err := w.conn.ExecContext(ctx, fmt.Sprintf(`COPY (SELECT *, now() AS dead_at FROM lakeflow_dead WHERE topic = %s AND "partition" = %d ORDER BY "offset")
-			TO %s (FORMAT parquet, COMPRESSION zstd)`, literal(g.topic), g.span.Partition, literal(f.Staging)))
+			TO %s (FORMAT parquet, COMPRESSION zstd, KV_METADATA {%s: %s, %s: %s})`, literal(g.topic), g.span.Partition, literal(f.Staging),
+			literal(metaTopic), literal(g.topic), literal(metaTopicID), literal(positions[g.topic].ID)))
 		if err != nil {
 			return files, err
 		}

@@ -32,7 +32,7 @@ func TestDeadLetterFilesSurviveACrashAfterCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	order, rows, err := f.wh.decodeBatch(ctx, b.Records, s, &st, since)
+	order, rows, err := f.wh.decodeBatch(ctx, b, s, &st, since)
 	if err == nil {
 		err = f.wh.narrow(ctx, order)
 	}

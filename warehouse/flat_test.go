@@ -188,7 +188,7 @@ func TestFlatDecoderAgreesWithParseSQL(t *testing.T) {
 	f := newFixture(t)
 	defer f.close()
 	ctx := context.Background()
-	if err := f.wh.ApplySchemas(ctx, []Schema{{typedTopic, typed}}, "lf._schemas", schemaPos(2), nil); err != nil {
+	if err := f.wh.ApplySchemas(ctx, []Schema{{typedTopic, typed}}, "lf._schemas", schemaPos(2), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	tb := f.wh.byTopic[typedTopic]
@@ -274,7 +274,7 @@ func BenchmarkDecode(b *testing.B) {
 			f := newFixture(b)
 			defer f.close()
 			ctx := context.Background()
-			if err := f.wh.ApplySchemas(ctx, []Schema{{typedTopic, typed}}, "lf._schemas", schemaPos(2), nil); err != nil {
+			if err := f.wh.ApplySchemas(ctx, []Schema{{typedTopic, typed}}, "lf._schemas", schemaPos(2), nil, nil); err != nil {
 				b.Fatal(err)
 			}
 			tb := f.wh.byTopic[typedTopic]

@@ -109,7 +109,7 @@ func TestHistoryFollowsSchemaChanges(t *testing.T) {
 	next := &change.Table{Schema: acct.Schema, Name: acct.Name, Accepted: true, Renames: map[string]string{"title": "name"},
 		Columns: []change.Column{acct.Columns[0], {Name: "title", Type: acct.Columns[1].Type}, acct.Columns[2],
 			{Name: "note", Type: change.Type{Kind: change.KindText, Name: "text"}}}}
-	if err := f.wh.ApplySchemas(ctx, []Schema{{topic, next}}, "lf._schemas", schemaPos(2), nil); err != nil {
+	if err := f.wh.ApplySchemas(ctx, []Schema{{topic, next}}, "lf._schemas", schemaPos(2), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	cols := func(table string) string {
@@ -134,7 +134,7 @@ func TestHistoryFollowsSchemaChanges(t *testing.T) {
 	renamed := &change.Table{Schema: acct.Schema, Name: acct.Name, Accepted: true, Renames: map[string]string{"note": "title"},
 		Columns: []change.Column{acct.Columns[0], {Name: "note", Type: acct.Columns[1].Type}, acct.Columns[2]}}
 	for i, s := range []*change.Table{dropped, renamed} {
-		if err := f.wh.ApplySchemas(ctx, []Schema{{topic, s}}, "lf._schemas", schemaPos(int64(3+i)), nil); err != nil {
+		if err := f.wh.ApplySchemas(ctx, []Schema{{topic, s}}, "lf._schemas", schemaPos(int64(3+i)), nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

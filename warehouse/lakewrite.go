@@ -65,8 +65,8 @@ func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string, flo
 	if err != nil {
 		return nil, err
 	}
-	meta := fmt.Sprintf("%s: %s, %s: %s, %s: '%d'", literal(metaSchema), literal(string(schema)), literal(metaTopic), literal(t.topic),
-		literal(metaFloor), uint64(floor))
+	meta := fmt.Sprintf("%s: %s, %s: %s, %s: %s, %s: '%d'", literal(metaSchema), literal(string(schema)), literal(metaTopic), literal(t.topic),
+		literal(metaTopicID), literal(topicID), literal(metaFloor), uint64(floor))
 	bp := BatchPosition{Batch: w.batch + 1}
 	if wm != nil {
 		bp.Seq, bp.Commit = wm.Seq, commitTime(wm.Commit)
@@ -123,6 +123,9 @@ func (w *Warehouse) recordLakeFiles(ctx context.Context, files []lakeFile) error
 const (
 	metaSchema = "lakeflow.schema"
 	metaTopic  = "lakeflow.topic"
+	// metaTopicID is the Kafka topic's ID: offsets count within one era
+	// of a topic (deleted and made again, its offsets start over).
+	metaTopicID = "lakeflow.topic_id"
 	metaFloor  = "lakeflow.floor"
 	metaBatch  = "lakeflow.batch"
 )
@@ -158,41 +161,4 @@ func (w *Warehouse) lakeHighExpr(topic string) string {
 	}
 	b.WriteString(" ELSE -1 END")
 	return b.String()
-}
-
-// LogReset tells the warehouse that the Kafka log of topic it read is gone
-// and reading starts over in a new one, whose offsets say nothing about
-// what the lake holds. Events at or before the last consistent batch are
-// recognised by position (Apply drops them); events after it that a batch
-// which was not consistent wrote are looked up in the lake.
-func (w *Warehouse) LogReset(ctx context.Context, topic string) error {
-	delete(w.lakeHigh, topic)
-	t := w.byTopic[topic]
-	if t == nil {
-		return nil
-	}
-	rows, err := w.conn.QueryContext(ctx, "SELECT path FROM lakeflow.lake_files WHERE source_table = ? AND max_seq > ?", t.schema.ID(), uint64(w.floor))
-	if err != nil {
-		return err
-	}
-	var paths []string
-	for rows.Next() {
-		var p string
-		if err := rows.Scan(&p); err != nil {
-			rows.Close()
-			return err
-		}
-		paths = append(paths, literal(w.lake.Abs(p)))
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil || len(paths) == 0 {
-		return err
-	}
-	_, err = w.conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO lakeflow_known SELECT %d, _cdc_seq, _cdc_ord
-		FROM read_parquet([%s]) WHERE _cdc_seq > %d`, t.id, strings.Join(paths, ", "), w.floor))
-	if err != nil {
-		return fmt.Errorf("read the lake's events of %s after %s: %w", t.schema.ID(), w.floor, err)
-	}
-	w.known[t] = true
-	return nil
 }

@@ -227,6 +227,17 @@ func (w *Warehouse) AdoptLakeFiles(ctx context.Context) (int, error) {
 		if err != nil {
 			return n, err
 		}
+		var files []string
+		for _, p := range parts {
+			if !listed[p.Path] {
+				files = append(files, w.lake.Abs(p.Path))
+			}
+		}
+		// Each file says the era of the Kafka log that wrote it.
+		meta, err := w.lakeMetadata(ctx, files)
+		if err != nil {
+			return n, err
+		}
 		for _, p := range parts {
 			if listed[p.Path] {
 				continue
@@ -235,10 +246,11 @@ func (w *Warehouse) AdoptLakeFiles(ctx context.Context) (int, error) {
 			if err != nil {
 				return n, err
 			}
+			m := meta[w.lake.Abs(p.Path)]
 			_, err = w.conn.ExecContext(ctx, `INSERT INTO lakeflow.lake_files
-				SELECT ?, ?, ?::DATE, ?, ?, ?, ?, count(*), ?, ?, ?, ?, NULL, NULL FROM read_parquet(?)`,
-				p.Path, t.schema.ID(), p.Day, t.topic, p.Span.Partition, p.Span.First, p.Span.Last,
-				uint64(p.Span.MinSeq), uint64(p.Span.MaxSeq), fi.Size(), time.Now().UTC(), w.lake.Abs(p.Path))
+				SELECT ?, ?, ?::DATE, ?, ?, ?, ?, count(*), ?, ?, ?, ?, NULLIF(?, ''), NULL FROM read_parquet(?)`,
+				p.Path, t.schema.ID(), p.Day, cmp.Or(m[metaTopic], t.topic), p.Span.Partition, p.Span.First, p.Span.Last,
+				uint64(p.Span.MinSeq), uint64(p.Span.MaxSeq), fi.Size(), time.Now().UTC(), m[metaTopicID], w.lake.Abs(p.Path))
 			if err != nil {
 				return n, err
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/pipeline/lake"
 )
 
 // Schema is a table schema as the schema topic records it.
@@ -23,10 +24,11 @@ type Schema struct {
 
 // ApplySchemas creates silver tables for new source schemas and evolves
 // existing ones (columns added, types widened), in one transaction that
-// also records pos, the schema topic position after these records, and
-// state, the source's state (nil: unchanged). Any other change is
-// refused: applying it would rewrite history.
-func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTopic string, pos TopicPosition, state *change.SourceState) error {
+// also records pos, the schema topic position after these records,
+// state, the source's state (nil: unchanged), and dead, records of the
+// schema topic that are not lakeflow's (as dead letters). Any other
+// change is refused: applying it would rewrite history.
+func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTopic string, pos TopicPosition, state *change.SourceState, dead []DeadLetter) error {
 	// DuckDB refuses to commit a transaction that alters a table after
 	// updating it: every ALTER runs before every UPDATE. A version's
 	// checks run right before its own statements, on silver as the
@@ -109,6 +111,7 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 		}
 		stmts = append(stmts, fmt.Sprintf("INSERT OR REPLACE INTO lakeflow.source_state VALUES (1, %s, now())", literal(string(stateJSON))))
 	}
+	var deadFiles []lake.File
 	err := w.inTx(ctx, func(ctx context.Context) error {
 		done := 0
 		for i, c := range checks {
@@ -123,10 +126,20 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 		if err := w.exec(ctx, stmts[done:]); err != nil {
 			return err
 		}
-		return w.saveOffsets(ctx, map[string]TopicPosition{schemaTopic: pos})
+		positions := map[string]TopicPosition{schemaTopic: pos}
+		var err error
+		deadFiles, err = w.recordDead(ctx, dead, positions)
+		if err != nil {
+			return err
+		}
+		return w.saveOffsets(ctx, positions)
 	})
 	if err != nil {
+		w.removeStaging(ctx, deadFiles)
 		return fmt.Errorf("create or evolve silver tables: %w", err)
+	}
+	if err := w.lake.Publish(deadFiles); err != nil {
+		return fmt.Errorf("%w: %w: %w", fault.ErrEnvironment, ErrUnpublished, err)
 	}
 	for _, s := range latest {
 		prev := w.tables[s.Table.ID()]
@@ -136,18 +149,6 @@ func (w *Warehouse) ApplySchemas(ctx context.Context, schemas []Schema, schemaTo
 		t := w.register(s.Topic, s.Table)
 		if !w.olderVersions {
 			if err := w.checkRules(ctx, t); err != nil {
-				return err
-			}
-		}
-		switch {
-		case prev == nil:
-			if err := w.scanLake(t); err != nil {
-				return err
-			}
-		case prev.topic != s.Topic:
-			// A new topic for a table the lake holds (kafka.topic_prefix
-			// changed): its offsets say nothing of what the lake has.
-			if err := w.LogReset(ctx, t.topic); err != nil {
 				return err
 			}
 		}
@@ -176,7 +177,7 @@ func (w *Warehouse) ApplyVersions(ctx context.Context, schemas []Schema, schemaT
 		t := *s.Table
 		t.Accepted = true
 		s.Table = &t
-		if err := w.ApplySchemas(ctx, []Schema{s}, schemaTopic, TopicPosition{Next: map[int32]int64{}}, nil); err != nil {
+		if err := w.ApplySchemas(ctx, []Schema{s}, schemaTopic, TopicPosition{Next: map[int32]int64{}}, nil, nil); err != nil {
 			return err
 		}
 	}

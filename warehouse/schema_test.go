@@ -51,7 +51,7 @@ func TestCreatedAndRetypedInOneCall(t *testing.T) {
 		{Name: "id", Type: typ(change.KindInt4, "integer"), Key: true}, {Name: "a", Type: typ(change.KindInt2, "smallint")}}}
 	v2 := &change.Table{Schema: "public", Name: "fresh", Since: change.Position{Seq: 5}, Columns: []change.Column{
 		{Name: "id", Type: typ(change.KindInt4, "integer"), Key: true}, {Name: "a", Type: typ(change.KindInt4, "integer")}}}
-	if err := f.wh.ApplySchemas(context.Background(), []Schema{{"lf.public.fresh", v1}, {"lf.public.fresh", v2}}, "lf._schemas", schemaPos(2), nil); err != nil {
+	if err := f.wh.ApplySchemas(context.Background(), []Schema{{"lf.public.fresh", v1}, {"lf.public.fresh", v2}}, "lf._schemas", schemaPos(2), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -70,7 +70,7 @@ func TestFilledThenRenamedInOneCall(t *testing.T) {
 	m.Name = "m"
 	v3 := &change.Table{Schema: acct.Schema, Name: acct.Name, Since: change.Position{Seq: 300}, Accepted: true, Renames: map[string]string{"m": "n"},
 		Columns: append(slices.Clone(acct.Columns), m)}
-	if err := f.wh.ApplySchemas(ctx, []Schema{{topic, v2}, {topic, v3}}, "lf._schemas", schemaPos(2), nil); err != nil {
+	if err := f.wh.ApplySchemas(ctx, []Schema{{topic, v2}, {topic, v3}}, "lf._schemas", schemaPos(2), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	var got int
@@ -92,7 +92,7 @@ func TestKeyRetypeKeepsOneRowPerKey(t *testing.T) {
 		{Name: "id", Type: typ(change.KindText, "text"), Key: true}, {Name: "a", Type: typ(change.KindText, "text")}}}
 	v2 := &change.Table{Schema: "public", Name: "codes", Since: change.Position{Seq: 500}, Accepted: true, Columns: []change.Column{
 		{Name: "id", Type: typ(change.KindInt4, "integer"), Key: true}, {Name: "a", Type: typ(change.KindText, "text")}}}
-	if err := f.wh.ApplySchemas(ctx, []Schema{{"lf.public.codes", v1}}, "lf._schemas", schemaPos(1), nil); err != nil {
+	if err := f.wh.ApplySchemas(ctx, []Schema{{"lf.public.codes", v1}}, "lf._schemas", schemaPos(1), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.wh.conn.ExecContext(ctx, `INSERT INTO silver.codes VALUES
@@ -100,7 +100,7 @@ func TestKeyRetypeKeepsOneRowPerKey(t *testing.T) {
 		('03', 'old', 100, 2, now(), true), ('3', 'newer', 400, 1, now(), true)`); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.wh.ApplySchemas(ctx, []Schema{{"lf.public.codes", v2}}, "lf._schemas", schemaPos(2), nil); err != nil {
+	if err := f.wh.ApplySchemas(ctx, []Schema{{"lf.public.codes", v2}}, "lf._schemas", schemaPos(2), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	var got string

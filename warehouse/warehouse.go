@@ -40,7 +40,8 @@ type Warehouse struct {
 	tables  map[string]*table // by source table ID
 	byTopic map[string]*table
 	// lakeHigh is, per topic and partition, the highest offset already in
-	// a lake file; replayed events at or below it are not written again.
+	// a lake file of the era read (ReadingTopic); replayed events at or
+	// below it are not written again.
 	lakeHigh map[string]map[int32]int64
 	// floor is the source position of the last consistent batch: every
 	// event at or before it is in the lake and in silver.
@@ -53,9 +54,9 @@ type Warehouse struct {
 	// midTransaction says the last batch did not end at a watermark: the
 	// next may hold the rest of a source transaction.
 	midTransaction bool
-	// known are tables whose topic was reset while a batch that was not
-	// consistent had applied events after floor; those events are in
-	// lakeflow_known and are not applied again.
+	// known are tables whose lake holds events after floor from another
+	// era of their Kafka log (ReadingTopic): those events are in
+	// lakeflow_known and are not applied or written again.
 	known     map[*table]bool
 	contracts contracts.Set
 	marts     []*mart
@@ -388,52 +389,6 @@ func (w *Warehouse) init(ctx context.Context, memoryLimit int64, threads int) er
 		return err
 	}
 	w.floor = change.LSN(floor.Int64)
-	return w.loadLakeHigh(ctx)
-}
-
-// loadLakeHigh takes the lake's high offsets from lakeflow.lake_files and
-// from the files themselves: a new warehouse may sit on an existing lake.
-func (w *Warehouse) loadLakeHigh(ctx context.Context) error {
-	// Offsets count within one incarnation of a topic (its ID): files
-	// written from an earlier one say nothing about the present log.
-	rows, err := w.conn.QueryContext(ctx, `SELECT f.topic, f."partition", max(f.last_offset) FROM lakeflow.lake_files f
-		JOIN (SELECT DISTINCT topic, topic_id FROM lakeflow.offsets) o ON o.topic = f.topic AND o.topic_id IS NOT DISTINCT FROM f.topic_id
-		GROUP BY ALL`)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var topic string
-		var part int32
-		var off int64
-		if err := rows.Scan(&topic, &part, &off); err != nil {
-			return err
-		}
-		w.raiseLakeHigh(topic, part, off)
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for _, t := range w.tables {
-		if _, ok := w.lakeHigh[t.topic]; ok {
-			continue
-		}
-		if err := w.scanLake(t); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (w *Warehouse) scanLake(t *table) error {
-	high, err := w.lake.HighOffsets(lakeDir(t.schema))
-	if err != nil {
-		return fmt.Errorf("read lake %s: %w", t.schema.ID(), err)
-	}
-	for p, off := range high {
-		w.raiseLakeHigh(t.topic, p, off)
-	}
 	return nil
 }
 

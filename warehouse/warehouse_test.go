@@ -55,7 +55,7 @@ func (f *fixture) open() {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	if err := f.wh.ApplySchemas(context.Background(), []Schema{{topic, acct}}, "lf._schemas", schemaPos(1), nil); err != nil {
+	if err := f.wh.ApplySchemas(context.Background(), []Schema{{topic, acct}}, "lf._schemas", schemaPos(1), nil, nil); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -354,7 +354,7 @@ func TestSchemaEvolution(t *testing.T) {
 	wider := &change.Table{Schema: acct.Schema, Name: acct.Name,
 		Columns: append(append([]change.Column(nil), acct.Columns...), change.Column{Name: "note", Type: change.Type{Kind: change.KindText, Name: "text"}})}
 	ctx := context.Background()
-	if err := f.wh.ApplySchemas(ctx, []Schema{{topic, wider}}, "lf._schemas", schemaPos(2), nil); err != nil {
+	if err := f.wh.ApplySchemas(ctx, []Schema{{topic, wider}}, "lf._schemas", schemaPos(2), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	f.apply(f.rec(change.OpCreate, 100, 1, "1", "a", ""))
@@ -362,7 +362,7 @@ func TestSchemaEvolution(t *testing.T) {
 		t.Fatalf("schema topic offset %v, want 2", got)
 	}
 	narrower := &change.Table{Schema: acct.Schema, Name: acct.Name, Columns: acct.Columns[:2]}
-	err := f.wh.ApplySchemas(ctx, []Schema{{topic, narrower}}, "lf._schemas", schemaPos(3), nil)
+	err := f.wh.ApplySchemas(ctx, []Schema{{topic, narrower}}, "lf._schemas", schemaPos(3), nil, nil)
 	if !errors.Is(err, fault.ErrSchemaBreak) {
 		t.Fatalf("a dropped column: want a breaking-change error, got %v", err)
 	}
@@ -432,7 +432,7 @@ func benchmarkApply(b *testing.B, rules string) {
 	defer wh.Close()
 	orders := demo.OrdersTable()
 	const tp = "lf.public.orders"
-	if err := wh.ApplySchemas(context.Background(), []Schema{{tp, orders}}, "lf._schemas", schemaPos(1), nil); err != nil {
+	if err := wh.ApplySchemas(context.Background(), []Schema{{tp, orders}}, "lf._schemas", schemaPos(1), nil, nil); err != nil {
 		b.Fatal(err)
 	}
 	if rules != "" {

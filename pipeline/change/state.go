@@ -11,6 +11,12 @@ type SourceState struct {
 	// Snapshotted is set once every snapshot row is acknowledged.
 	Snapshotted bool     `json:"snapshotted"`
 	Tables      []string `json:"tables"`
+	// Key signs what lakeflow writes to its meta topics (hex; see
+	// kafka.Signer). SignedFrom is, per meta topic, the offset from which
+	// records are signed: a pipeline older than signing wrote those
+	// before unsigned.
+	Key        string           `json:"key,omitempty"`
+	SignedFrom map[string]int64 `json:"signed_from,omitempty"`
 }
 
 // Boundary is the end of a source transaction (or of the snapshot, or a

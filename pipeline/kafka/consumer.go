@@ -31,6 +31,8 @@ type Consumer struct {
 	paused map[TopicPartition]bool
 	// high is each partition's end as its last fetch reported it.
 	high map[TopicPartition]int64
+	// signer tells lakeflow's records on the meta topics from others'.
+	signer *Signer
 }
 
 // TopicPartition names a partition.
@@ -99,16 +101,47 @@ func NewConsumer(cfg Config) (*Consumer, error) {
 // Close releases the client.
 func (c *Consumer) Close() { c.cl.Close() }
 
-// Schemas returns the schema records after pos, and the position after
-// them; reset reports that the log pos was read from is gone (the topic
-// was deleted, or its data reset) and the records are all of the new one.
-func (c *Consumer) Schemas(ctx context.Context, pos Position) (recs []SchemaRecord, next Position, reset bool, err error) {
-	return ReadSchemas(ctx, c.cfg.Brokers, c.cl, c.cfg.Prefix, pos)
+// SetSigner makes the consumer take from the meta topics only what
+// lakeflow signed (Signer); the rest are strays.
+func (c *Consumer) SetSigner(g *Signer) { c.signer = g }
+
+// Signed says whether lakeflow wrote r, a record of a meta topic.
+func (c *Consumer) Signed(r *kgo.Record) bool { return c.signer.Signed(r) }
+
+// Schemas returns the schema records after pos, the records there that
+// lakeflow did not write, and the position after them; reset reports
+// that the log pos was read from is gone (the topic was deleted, or its
+// data reset) and the records are all of the new one.
+func (c *Consumer) Schemas(ctx context.Context, pos Position) (recs []SchemaRecord, strays []Stray, next Position, reset bool, err error) {
+	return ReadSchemas(ctx, c.cfg.Brokers, c.cl, c.cfg.Prefix, pos, c.signer)
 }
 
-// SourceState returns the source's last saved state, or nil.
-func (c *Consumer) SourceState(ctx context.Context) (*change.SourceState, error) {
-	return loadState(ctx, c.cfg.Brokers, c.cl, c.cfg.Prefix)
+// SourceState returns the source's last saved state (nil: none) and the
+// state topic's records lakeflow did not write.
+func (c *Consumer) SourceState(ctx context.Context) (*change.SourceState, []Stray, error) {
+	return loadState(ctx, c.cfg.Brokers, c.cl, c.cfg.Prefix, c.signer)
+}
+
+// MetaEnds returns the end offset of each meta topic (0 for one that
+// does not exist).
+func (c *Consumer) MetaEnds(ctx context.Context) (map[string]int64, error) {
+	out := map[string]int64{}
+	for _, topic := range []string{SchemaTopic(c.cfg.Prefix), StateTopic(c.cfg.Prefix), WatermarkTopic(c.cfg.Prefix)} {
+		n, _, err := describeTopic(ctx, c.cl, topic)
+		if err != nil {
+			return nil, unavailable("describe topic "+topic, err)
+		}
+		if n == 0 {
+			continue
+		}
+		_, end, err := offsets(ctx, c.adm, topic)
+		if err != nil {
+			return nil, err
+		}
+		e, _ := end.Lookup(topic, 0)
+		out[topic] = e.Offset
+	}
+	return out, nil
 }
 
 // Assigned reports whether topic is being consumed.
@@ -121,8 +154,10 @@ func (c *Consumer) Assigned(topic string) bool { return c.assigned[topic] }
 // before pos (its data was reset) — it starts at the beginning of the
 // present log and reports reset; the caller must then recognise records
 // it already holds by their event positions. A log that starts after pos
-// lost records to retention that were never read: that is an error.
-func (c *Consumer) Assign(ctx context.Context, topic string, partitions int, pos Position) (Position, bool, error) {
+// lost records to retention that were never read: that is an error,
+// unless they are hints (skippable: the watermarks), then it starts at
+// the log's start.
+func (c *Consumer) Assign(ctx context.Context, topic string, partitions int, pos Position, hints bool) (Position, bool, error) {
 	if _, err := ensureTopic(ctx, c.cl, topic, partitions, tableTopicConfigs()); err != nil {
 		return Position{}, false, err
 	}
@@ -145,10 +180,10 @@ func (c *Consumer) Assign(ctx context.Context, topic string, partitions int, pos
 	start.Each(func(s kadm.ListedOffset) {
 		at := pos.Next[s.Partition]
 		switch {
-		case reset:
+		case reset || (hints && at < s.Offset):
 			at = s.Offset
 		case at < s.Offset:
-			problems = append(problems, fmt.Errorf("%s/%d starts at offset %d but the warehouse has read only up to %d: records it never read were deleted (the topic's own retention?); lakeflow cannot recover them from Kafka",
+			problems = append(problems, fmt.Errorf("%s/%d starts at offset %d but the warehouse has read only up to %d: records it never read were deleted (the topic's own retention, or a warehouse lost or replaced by an older one); lakeflow cannot recover them from Kafka: if the lake holds them, lakeflow backfill --all rebuilds the warehouse from it",
 				topic, s.Partition, s.Offset, at))
 		}
 		from.Next[s.Partition] = at

@@ -49,7 +49,7 @@ func TestConsumerNeverSkipsDeletedRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cons.Close()
-	_, _, err = cons.Assign(ctx, topic, 1, Position{Next: map[int32]int64{0: 2}})
+	_, _, err = cons.Assign(ctx, topic, 1, Position{Next: map[int32]int64{0: 2}}, false)
 	if err == nil || !strings.Contains(err.Error(), "lf.public.x/0 starts at offset 7 but the warehouse has read only up to 2") {
 		t.Fatalf("assigning past deleted records: %v", err)
 	}

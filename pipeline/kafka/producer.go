@@ -383,7 +383,9 @@ func (p *Producer) publishWatermark() error {
 	if err != nil {
 		return err
 	}
-	p.cl.Produce(context.Background(), &kgo.Record{Topic: WatermarkTopic(p.cfg.Prefix), Partition: 0, Value: val}, func(_ *kgo.Record, err error) {
+	r := &kgo.Record{Topic: WatermarkTopic(p.cfg.Prefix), Partition: 0, Value: val}
+	p.cfg.Signer.sign(r)
+	p.cl.Produce(context.Background(), r, func(_ *kgo.Record, err error) {
 		if err != nil {
 			p.fail(fmt.Errorf("%w: kafka: produce a watermark: %v", fault.ErrUnavailable, err))
 		}
@@ -520,7 +522,9 @@ func (p *Producer) put(ctx context.Context, topic, key string, value []byte) err
 	if _, err := ensureTopic(ctx, p.cl, topic, 1, metaTopicConfigs()); err != nil {
 		return err
 	}
-	res := p.cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: 0, Key: []byte(key), Value: value})
+	r := &kgo.Record{Topic: topic, Partition: 0, Key: []byte(key), Value: value}
+	p.cfg.Signer.sign(r)
+	res := p.cl.ProduceSync(ctx, r)
 	if err := res.FirstErr(); err != nil {
 		return unavailable("write "+topic, err)
 	}

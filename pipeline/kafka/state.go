@@ -9,7 +9,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
 )
 
 const stateKey = "source"
@@ -23,26 +22,49 @@ func (p *Producer) SaveState(ctx context.Context, s change.SourceState) error {
 	return p.put(ctx, StateTopic(p.cfg.Prefix), stateKey, val)
 }
 
-// LoadState returns the last saved state, or nil on a fresh pipeline.
+// LoadState returns the last state lakeflow saved, or nil on a fresh
+// pipeline.
 func (p *Producer) LoadState(ctx context.Context) (*change.SourceState, error) {
-	return loadState(ctx, p.cfg.Brokers, p.cl, p.cfg.Prefix)
+	s, _, err := loadState(ctx, p.cfg.Brokers, p.cl, p.cfg.Prefix, p.cfg.Signer)
+	return s, err
 }
 
-func loadState(ctx context.Context, brokers []string, cl *kgo.Client, prefix string) (*change.SourceState, error) {
-	recs, _, _, err := readMeta(ctx, brokers, cl, StateTopic(prefix), Position{})
-	if err != nil || len(recs) == 0 {
-		return nil, err
+// loadState returns the last state record lakeflow wrote (nil: none),
+// and the records of the state topic it did not write (strays). With a
+// signer, lakeflow's records are those it signed; without one (before
+// the pipeline's key is known), those signed by the key the first keyed
+// record carries, and, before that, every state record (a lakeflow that
+// did not sign them wrote those).
+func loadState(ctx context.Context, brokers []string, cl *kgo.Client, prefix string, g *Signer) (*change.SourceState, []Stray, error) {
+	topic := StateTopic(prefix)
+	recs, _, _, err := readMeta(ctx, brokers, cl, topic, Position{})
+	if err != nil {
+		return nil, nil, err
 	}
-	var s change.SourceState
-	if err := json.Unmarshal(recs[len(recs)-1].value, &s); err != nil {
-		return nil, fmt.Errorf("%w: topic %s holds an unreadable state record: %v", fault.ErrUnavailable, StateTopic(prefix), err)
+	var last *change.SourceState
+	var strays []Stray
+	for _, r := range recs {
+		var s change.SourceState
+		err := json.Unmarshal(r.value, &s)
+		signer := g
+		if err == nil && signer == nil && s.Key != "" {
+			signer, err = NewSigner(&s)
+		}
+		switch {
+		case err != nil || s.Slot == "":
+			strays = append(strays, r.stray(topic, fmt.Sprintf("not a source state record: %v", err)))
+		case !signer.signed(topic, r.offset, r.key, r.value, r.headers):
+			strays = append(strays, r.stray(topic, "not signed by this pipeline: another client wrote it"))
+		default:
+			last, g = &s, signer
+		}
 	}
-	return &s, nil
+	return last, strays, nil
 }
 
 // LoadSchemas returns the last recorded schema of every table.
 func (p *Producer) LoadSchemas(ctx context.Context) (map[string]*change.Table, error) {
-	recs, _, _, err := ReadSchemas(ctx, p.cfg.Brokers, p.cl, p.cfg.Prefix, Position{})
+	recs, _, _, _, err := ReadSchemas(ctx, p.cfg.Brokers, p.cl, p.cfg.Prefix, Position{}, p.cfg.Signer)
 	if err != nil {
 		return nil, err
 	}
@@ -56,26 +78,39 @@ func (p *Producer) LoadSchemas(ctx context.Context) (map[string]*change.Table, e
 // ReadSchemas reads the schema records after pos and returns them in
 // order with the position to continue from; reset reports that the log
 // pos was read from is gone and the records are all of the present one.
-func ReadSchemas(ctx context.Context, brokers []string, cl *kgo.Client, prefix string, pos Position) ([]SchemaRecord, Position, bool, error) {
+// Records lakeflow did not write (g says), or that are not schema
+// records, are strays.
+func ReadSchemas(ctx context.Context, brokers []string, cl *kgo.Client, prefix string, pos Position, g *Signer) ([]SchemaRecord, []Stray, Position, bool, error) {
 	topic := SchemaTopic(prefix)
 	recs, next, reset, err := readMeta(ctx, brokers, cl, topic, pos)
 	if err != nil {
-		return nil, pos, false, err
+		return nil, nil, pos, false, err
 	}
 	out := make([]SchemaRecord, 0, len(recs))
+	var strays []Stray
 	for _, r := range recs {
 		var sr SchemaRecord
-		if err := json.Unmarshal(r.value, &sr); err != nil || sr.Table == nil {
-			return nil, pos, false, fmt.Errorf("%w: topic %s offset %d is not a schema record: %v", fault.ErrUnavailable, topic, r.offset, err)
+		err := json.Unmarshal(r.value, &sr)
+		switch {
+		case err != nil || sr.Table == nil || sr.Topic == "" || len(sr.Table.Columns) == 0 || string(r.key) != sr.Table.ID():
+			strays = append(strays, r.stray(topic, fmt.Sprintf("not a schema record: %v", err)))
+		case !g.signed(topic, r.offset, r.key, r.value, r.headers):
+			strays = append(strays, r.stray(topic, "not signed by this pipeline: another client wrote it"))
+		default:
+			out = append(out, sr)
 		}
-		out = append(out, sr)
 	}
-	return out, next, reset, nil
+	return out, strays, next, reset, nil
 }
 
 type metaRecord struct {
-	offset int64
-	value  []byte
+	offset     int64
+	key, value []byte
+	headers    []kgo.RecordHeader
+}
+
+func (r metaRecord) stray(topic, reason string) Stray {
+	return Stray{Topic: topic, Offset: r.offset, Value: r.value, Reason: reason}
 }
 
 // readMeta reads partition 0 of a meta topic from pos to its end. A
@@ -107,7 +142,7 @@ func readMeta(ctx context.Context, brokers []string, cl *kgo.Client, topic strin
 	}
 	out := make([]metaRecord, len(recs))
 	for i, r := range recs {
-		out[i] = metaRecord{offset: r.Offset, value: r.Value}
+		out[i] = metaRecord{offset: r.Offset, key: r.Key, value: r.Value, headers: r.Headers}
 	}
 	return out, Position{ID: id, Next: map[int32]int64{0: max(from, e.Offset)}}, reset, nil
 }

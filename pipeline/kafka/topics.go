@@ -25,6 +25,9 @@ type Config struct {
 	Retention      time.Duration
 	RetentionBytes int64
 	Database       string // the source database, for the envelope
+	// Signer signs what the producer writes to the meta topics (nil:
+	// nothing is signed).
+	Signer *Signer
 }
 
 // TableTopic is the topic of a source table, <prefix>.<schema>.<table> as

@@ -29,7 +29,7 @@ const slotCreateTimeout = 2 * time.Minute
 // the new consistent point: consumers drop what they knew, then take the
 // complete snapshot.
 func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, sink Sink, store StateStore, schemas map[string]*change.Table, redo bool) (*change.SourceState, error) {
-	state := &change.SourceState{Slot: s.cfg.Slot, Tables: s.tableNames()}
+	state := &change.SourceState{Slot: s.cfg.Slot, Tables: s.tableNames(), Key: s.cfg.Key}
 	// Saved before the slot exists, so a crash right after creating it
 	// still leaves a record that the slot is ours to drop.
 	if err := store.SaveState(ctx, *state); err != nil {

@@ -74,6 +74,9 @@ type SourceConfig struct {
 	// Contracts decide which schema changes evolve by themselves and
 	// accept the others.
 	Contracts contracts.Set
+	// Key is the pipeline's key (kafka.Signer) for a state the snapshot
+	// makes.
+	Key string
 }
 
 // Stats are the source's counters, safe to read while it runs.
