@@ -330,14 +330,20 @@ func loadContracts(cfg *config.Config, log *slog.Logger) (contracts.Set, error) 
 		return nil, err
 	}
 	captured := map[string]bool{}
+	silver := map[string]string{} // DuckDB ignores case
 	for _, t := range cfg.Source.Tables {
 		captured[t.String()] = true
+		silver[strings.ToLower(t.Name)] = t.String()
 	}
 	var problems []string
 	for id, c := range set {
 		if !captured[id] {
 			log.Warn("contract of a table that is not captured (not in source.tables): its rules do not run", "contract", c.File, "table", id)
 			continue
+		}
+		if other, ok := silver[strings.ToLower(c.Table.Name+"_history")]; ok && c.History {
+			problems = append(problems, fmt.Sprintf("%s: history = true needs silver.%s_history for its history, but the captured table %s has that name; set history = false, or capture only one of them",
+				c.File, c.Table.Name, other))
 		}
 		for _, r := range c.Rules {
 			if r.References != nil && !captured[r.References.Table.String()] {

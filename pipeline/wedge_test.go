@@ -336,3 +336,50 @@ func TestNewWarehouseOnALakeOfTwoKafkaEras(t *testing.T) {
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
 	assertLakeMatchesSilver(t, h.cfg, "t")
 }
+
+// TestNamesThatLookLikeLakeflows: a table whose name starts with '_' is
+// a table like any other (asof and a rebuild from the lake alone see
+// it); one whose lake directory would be lakeflow's own, or whose silver
+// name is another's history table, is refused at start with the reason.
+func TestNamesThatLookLikeLakeflows(t *testing.T) {
+	h := newHarness(t, "public._t", "public.customers", "public.customers_history")
+	pgtest.Exec(t, h.dsn, `CREATE TABLE _t (id int PRIMARY KEY, v int)`, `ALTER TABLE _t REPLICA IDENTITY FULL`,
+		`CREATE TABLE customers (id int PRIMARY KEY, v int)`, `ALTER TABLE customers REPLICA IDENTITY FULL`,
+		`CREATE TABLE customers_history (id int PRIMARY KEY, v int)`, `ALTER TABLE customers_history REPLICA IDENTITY FULL`,
+		`INSERT INTO _t SELECT g, g FROM generate_series(1, 5) g`, `INSERT INTO customers VALUES (1, 1)`, `INSERT INTO customers_history VALUES (1, 1)`)
+	h.run(t, Options{})
+	pgtest.Exec(t, h.dsn, `UPDATE _t SET v = 0 WHERE id = 2`, `DELETE FROM _t WHERE id = 3`)
+	h.run(t, Options{})
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public._t")
+	assertAsOfEqualsSource(t, h, "public._t", "public.customers", "public.customers_history")
+	assertSameSilver(t, h.cfg.Warehouse.Path, backfillFromLakeAlone(t, h), "_t", "customers", "customers_history")
+
+	if err := os.MkdirAll(h.cfg.Contracts.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h.cfg.Contracts.Dir, "customers.toml"), []byte("table = \"public.customers\"\nkey = [\"id\"]\nhistory = true\n"+
+		"[[columns]]\nname = \"id\"\ntype = \"integer\"\n[[columns]]\nname = \"v\"\ntype = \"integer\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := runWatched(t, h.cfg, Options{}, h.log)
+	if !errors.Is(err, fault.ErrConfig) || !strings.Contains(err.Error(), "the captured table public.customers_history has that name") {
+		t.Errorf("want history = true refused beside a captured customers_history, got %v", err)
+	}
+	for _, name := range []string{"_dlq", "_Staging"} {
+		body := strings.Replace(string(must(os.ReadFile(h.file))), `"public._t"`, `"public.`+name+`"`, 1)
+		file := filepath.Join(t.TempDir(), "lakeflow.toml")
+		if err := os.WriteFile(file, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := config.Load(file, nil); err == nil || !strings.Contains(err.Error(), "holds lakeflow's own files") {
+			t.Errorf("a table named %s: want it refused, got %v", name, err)
+		}
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

@@ -26,8 +26,6 @@ type DeadLetter struct {
 	Payload   []byte
 }
 
-// deadLetterDir is the lake directory of the dead letters.
-const deadLetterDir = "_dlq"
 
 const deadLetterTables = `
 CREATE TABLE IF NOT EXISTS lakeflow.dlq (
@@ -164,7 +162,7 @@ func (w *Warehouse) writeDeadLetters(ctx context.Context, n int, positions map[s
 	day := time.Now().UTC().Format(time.DateOnly)
 	var files []lake.File
 	for _, g := range groups {
-		f := w.lake.NewFile(filepath.Join(deadLetterDir, change.SafeName(g.topic)), day, g.span)
+		f := w.lake.NewFile(filepath.Join(lake.DeadLetterDir, change.SafeName(g.topic)), day, g.span)
 		files = append(files, f)
 		_, err := w.conn.ExecContext(ctx, fmt.Sprintf(`COPY (SELECT *, now() AS dead_at FROM lakeflow_dead WHERE topic = %s AND "partition" = %d ORDER BY "offset")
 			TO %s (FORMAT parquet, COMPRESSION zstd, KV_METADATA {%s: %s, %s: %s})`, literal(g.topic), g.span.Partition, literal(f.Staging),
@@ -184,7 +182,7 @@ func (w *Warehouse) writeDeadLetters(ctx context.Context, n int, positions map[s
 			minSeq, maxSeq = *g.minSeq, *g.maxSeq
 		}
 		_, err = w.conn.ExecContext(ctx, "INSERT INTO lakeflow.lake_files VALUES (?, ?, ?::DATE, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-			f.Path, deadLetterDir, day, g.topic, g.span.Partition, g.span.First, g.span.Last, g.n,
+			f.Path, lake.DeadLetterDir, day, g.topic, g.span.Partition, g.span.First, g.span.Last, g.n,
 			minSeq, maxSeq, fi.Size(), time.Now().UTC(), positions[g.topic].ID, w.batch+1)
 		if err != nil {
 			return files, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/pipeline/lake"
 )
 
 // A table's Kafka log may have several eras: the topic deleted and made
@@ -184,7 +185,7 @@ func (w *Warehouse) RestoreOffsets(ctx context.Context) error {
 // deadSpans returns, per partition, the last offset of the era id of
 // topic that the lake's dead letters hold.
 func (w *Warehouse) deadSpans(ctx context.Context, topic, id string) (map[int32]int64, error) {
-	parts, err := w.lake.Parts(filepath.Join(deadLetterDir, change.SafeName(topic)))
+	parts, err := w.lake.Parts(filepath.Join(lake.DeadLetterDir, change.SafeName(topic)))
 	if err != nil || len(parts) == 0 {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/pipeline/lake"
 )
 
 // The pieces of a warehouse rebuilt from the lake (lakeflow backfill):
@@ -263,7 +264,7 @@ func (w *Warehouse) AdoptLakeFiles(ctx context.Context) (int, error) {
 // ImportDeadLetters fills lakeflow.dlq from the lake's dead letters (a
 // warehouse rebuilt without the old one's).
 func (w *Warehouse) ImportDeadLetters(ctx context.Context) error {
-	files, err := filepath.Glob(filepath.Join(w.lake.Abs(deadLetterDir), "*", "date=*", "*.parquet"))
+	files, err := filepath.Glob(filepath.Join(w.lake.Abs(lake.DeadLetterDir), "*", "date=*", "*.parquet"))
 	if err != nil || len(files) == 0 {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/lake"
 )
 
 // Table names one captured source table, exactly as PostgreSQL stores
@@ -92,6 +93,10 @@ func tableList(entries []string, bad func(format string, args ...any)) []Table {
 		t, err := ParseTable(e)
 		if err != nil {
 			bad("%v", err)
+			continue
+		}
+		if dir := change.SafeName(t.Name); lake.Reserved(dir) {
+			bad("%s cannot be captured: its lake directory would be lake/%s, which holds lakeflow's own files", t, dir)
 			continue
 		}
 		safeTopic := change.SafeName(t.Schema) + "." + change.SafeName(t.Name)

@@ -22,7 +22,19 @@ import (
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 )
 
-const stagingDir = "_staging"
+// The lake's own directories beside the tables'. A table whose
+// directory would be one of them is refused (config.Tables).
+const (
+	stagingDir = "_staging"
+	// DeadLetterDir holds the dead letters, one directory per topic.
+	DeadLetterDir = "_dlq"
+)
+
+// Reserved says whether a table directory named dir would be one of the
+// lake's own (file systems may ignore case).
+func Reserved(dir string) bool {
+	return strings.EqualFold(dir, stagingDir) || strings.EqualFold(dir, DeadLetterDir)
+}
 
 // Lake is a lake directory.
 type Lake struct {
@@ -227,7 +239,8 @@ func (l *Lake) Days(table string) ([]string, error) {
 }
 
 // Tables lists the lake's table directories (those holding events; the
-// dead letters' and staging directories are not tables).
+// dead letters' and staging directories are not tables, while a table
+// whose name starts with '_' is).
 func (l *Lake) Tables() ([]string, error) {
 	entries, err := os.ReadDir(l.dir)
 	if err != nil {
@@ -235,7 +248,7 @@ func (l *Lake) Tables() ([]string, error) {
 	}
 	var out []string
 	for _, e := range entries {
-		if e.IsDir() && !strings.HasPrefix(e.Name(), "_") {
+		if e.IsDir() && !Reserved(e.Name()) {
 			out = append(out, e.Name())
 		}
 	}
