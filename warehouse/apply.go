@@ -240,7 +240,7 @@ func (w *Warehouse) decodeBatch(ctx context.Context, b Batch, s *Staged, st *Bat
 func (w *Warehouse) narrow(ctx context.Context, order []*table) error {
 	for _, t := range order {
 		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE %s AS
-			SELECT op, coalesce(after, before) AS after, _cdc_seq, _cdc_ord, _commit_ts, kafka_partition, kafka_offset FROM %s`,
+			SELECT op, coalesce(after, before) AS after, _cdc_seq, _cdc_ord, _commit_ts, kafka_partition, kafka_offset, unchanged FROM %s`,
 			rowsTable(t.id), decodedTable(t.id))); err != nil {
 			return err
 		}
@@ -356,12 +356,22 @@ type rowsInfo struct {
 	// judgeOnly says the rows are there for the rules of the tables that
 	// reference the table: they are judged, not applied (ReplayScope.Apply).
 	judgeOnly bool
+	// unchanged: an update left TOASTed values unchanged, which the
+	// version before holds (fillUnchanged).
+	unchanged bool
 }
 
 // applyRows applies the decoded rows of the batch's tables (order): the
 // contract rules and quarantine, the history, the merge into silver and
 // the gold marts. The stream and the backfill both come here.
 func (w *Warehouse) applyRows(ctx context.Context, order []*table, rows map[*table]rowsInfo, st *BatchStats, since func() time.Duration) error {
+	for _, t := range order {
+		if rows[t].unchanged {
+			if _, err := w.conn.ExecContext(ctx, fillUnchangedSQL(t.schema, t.id, keyJSON(t, "r"))); err != nil {
+				return fmt.Errorf("take the unchanged values of %s from the versions before: %w", t.schema.ID(), err)
+			}
+		}
+	}
 	var err error
 	stage.Enter(stage.Rules)
 	if st.Quarantined, st.Warned, err = w.applyRules(ctx, order, rows); err != nil {
@@ -419,8 +429,9 @@ func (w *Warehouse) decode(ctx context.Context, t *table, n *staged) (rowsInfo, 
 	var dead, ko, stale int
 	if err := w.conn.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FILTER (dlq_reason IS NOT NULL),
 		count(*) FILTER (key_only AND dlq_reason IS NULL), count(*) FILTER (_cdc_seq <= %[1]d AND dlq_reason IS NULL),
-		count(*) FILTER (op = 't' AND _cdc_seq > %[1]d AND dlq_reason IS NULL) FROM %[2]s`, w.floor, rows)).
-		Scan(&dead, &ko, &stale, &info.truncates); err != nil {
+		count(*) FILTER (op = 't' AND _cdc_seq > %[1]d AND dlq_reason IS NULL),
+		count(*) FILTER (unchanged IS NOT NULL AND _cdc_seq > %[1]d AND dlq_reason IS NULL) > 0 FROM %[2]s`, w.floor, rows)).
+		Scan(&dead, &ko, &stale, &info.truncates, &info.unchanged); err != nil {
 		return info, err
 	}
 	info.keyOnly = ko > 0

@@ -318,7 +318,8 @@ func newFlatDecoder(id int, topic string, t *change.Table) *flatDecoder {
 		return fmt.Sprintf("CASE WHEN has_%[1]s THEN struct_pack(%[2]s) END AS %[1]s", side, strings.Join(fields, ", "))
 	}
 	sel := fmt.Sprintf(`SELECT chr(op) AS op, %s, %s, _cdc_seq, _cdc_ord, make_timestamptz(commit_us) AS _commit_ts, lsn, tx_id,
-	%s AS kafka_topic, kafka_partition, kafka_offset, CAST(make_timestamptz(commit_us) AS DATE) AS day, key_only, CAST(NULL AS VARCHAR) AS dlq_reason
+	%s AS kafka_topic, kafka_partition, kafka_offset, CAST(make_timestamptz(commit_us) AS DATE) AS day, key_only, CAST(NULL AS VARCHAR) AS dlq_reason,
+	CAST(NULL AS VARCHAR[]) AS unchanged
 FROM %s`, pack("before", 0), pack("after", len(t.Columns)), literal(topic), flatTable(id))
 	d.create = fmt.Sprintf("CREATE OR REPLACE TABLE %s AS %s", decodedTable(id), sel)
 	d.insert = fmt.Sprintf("INSERT INTO %s %s", decodedTable(id), sel)

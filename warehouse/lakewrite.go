@@ -38,7 +38,7 @@ func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string, flo
 	src := decodedTable(t.id)
 	newer := "kafka_offset > " + w.lakeHighExpr(t.topic)
 	rows, err := w.laker.QueryContext(ctx, fmt.Sprintf(`SELECT strftime(day, '%%Y-%%m-%%d'), kafka_partition, min(kafka_offset), max(kafka_offset),
-		count(*), min(_cdc_seq), max(_cdc_seq) FROM %s WHERE %s GROUP BY ALL ORDER BY ALL`, src, newer))
+		count(*), min(_cdc_seq), max(_cdc_seq), count(unchanged) > 0 FROM %s WHERE %s GROUP BY ALL ORDER BY ALL`, src, newer))
 	if err != nil {
 		return nil, err
 	}
@@ -47,11 +47,12 @@ func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string, flo
 		part           int32
 		first, last, n int64
 		minSeq, maxSeq uint64
+		unchanged      bool
 	}
 	var groups []group
 	for rows.Next() {
 		var g group
-		if err := rows.Scan(&g.day, &g.part, &g.first, &g.last, &g.n, &g.minSeq, &g.maxSeq); err != nil {
+		if err := rows.Scan(&g.day, &g.part, &g.first, &g.last, &g.n, &g.minSeq, &g.maxSeq, &g.unchanged); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -83,9 +84,14 @@ func (w *Warehouse) writeLake(ctx context.Context, t *table, topicID string, flo
 			MinSeq: change.LSN(g.minSeq), MaxSeq: change.LSN(g.maxSeq)}),
 			table: t, topicID: topicID, day: g.day, part: g.part, first: g.first, last: g.last, n: g.n, minSeq: g.minSeq, maxSeq: g.maxSeq}
 		files = append(files, f)
-		copySQL := fmt.Sprintf(`COPY (SELECT * EXCLUDE (day, key_only, dlq_reason) FROM %s
+		// Only files with TOASTed values left unchanged say which.
+		exclude := "day, key_only, dlq_reason, unchanged"
+		if g.unchanged {
+			exclude = "day, key_only, dlq_reason"
+		}
+		copySQL := fmt.Sprintf(`COPY (SELECT * EXCLUDE (%s) FROM %s
 			WHERE day = DATE %s AND kafka_partition = %d AND %s ORDER BY kafka_offset)
-			TO %s (FORMAT parquet, COMPRESSION zstd, KV_METADATA %s)`, src, literal(g.day), g.part, newer, literal(f.Staging), meta)
+			TO %s (FORMAT parquet, COMPRESSION zstd, KV_METADATA %s)`, exclude, src, literal(g.day), g.part, newer, literal(f.Staging), meta)
 		if _, err := w.laker.ExecContext(ctx, copySQL); err != nil {
 			return files, err
 		}

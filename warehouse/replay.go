@@ -312,9 +312,17 @@ func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, rena
 	// (The columns the stream's decode gives for the lake and dead
 	// letters alone, lsn, tx_id and kafka_topic, are left out: a fifth
 	// less to copy.)
+	// Files whose events left no TOASTed value unchanged have no such
+	// column.
+	unchanged := "CAST(NULL AS VARCHAR[])"
+	if fields, err := w.columns(ctx, src); err != nil {
+		return 0, rowsInfo{}, err
+	} else if fields["unchanged"] {
+		unchanged = "unchanged"
+	}
 	_, err = w.conn.ExecContext(ctx, fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE %s AS
-SELECT op, coalesce(%s, %s) AS after, _cdc_seq, _cdc_ord, _commit_ts, kafka_partition, row_number() OVER () AS kafka_offset
-FROM %s WHERE %s`, rowsTable(t.id), image("after"), image("before"), src, where))
+SELECT op, coalesce(%s, %s) AS after, _cdc_seq, _cdc_ord, _commit_ts, kafka_partition, row_number() OVER () AS kafka_offset, %s AS unchanged
+FROM %s WHERE %s`, rowsTable(t.id), image("after"), image("before"), unchanged, src, where))
 	if err != nil {
 		return 0, rowsInfo{}, err
 	}
@@ -333,8 +341,8 @@ FROM %s WHERE %s`, rowsTable(t.id), image("after"), image("before"), src, where)
 	}
 	var n, ko int
 	var info rowsInfo
-	err = w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*), count(*) FILTER (%s), count(*) FILTER (op = 't') FROM %s", keyOnly, rowsTable(t.id))).
-		Scan(&n, &ko, &info.truncates)
+	err = w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*), count(*) FILTER (%s), count(*) FILTER (op = 't'), count(unchanged) > 0 FROM %s", keyOnly, rowsTable(t.id))).
+		Scan(&n, &ko, &info.truncates, &info.unchanged)
 	info.keyOnly = ko > 0
 	return n, info, err
 }
@@ -402,6 +410,25 @@ func (w *Warehouse) namesByFile(ctx context.Context, t *change.Table, files []st
 		}
 	}
 	return out, nil
+}
+
+// columns lists the columns of a lake relation (its files', united by
+// name).
+func (w *Warehouse) columns(ctx context.Context, src string) (map[string]bool, error) {
+	rows, err := w.conn.QueryContext(ctx, "SELECT column_name FROM (DESCRIBE SELECT * FROM "+src+")")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, err
+		}
+		out[n] = true
+	}
+	return out, rows.Err()
 }
 
 // structFields lists the fields of the images of a lake relation (its

@@ -224,7 +224,7 @@ func (w *Warehouse) quarantine(ctx context.Context, judged []*table) (quarantine
 		c := counts[t.id]
 		quarantined += c.held
 		warned += c.warned
-		if c.held+c.warned == 0 || (w.view != nil && w.view.Unrecorded) {
+		if c.held+c.warned == 0 {
 			continue
 		}
 		// A batch is judged once: a replay after a crash follows a

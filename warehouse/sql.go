@@ -25,8 +25,10 @@ func decodedTable(id int) string { return fmt.Sprintf("%s.lakeflow_decoded_%d", 
 // the key, and why an event cannot be applied (dlq_reason, NULL for a
 // good one): op, before, after (typed structs), _cdc_seq, _cdc_ord,
 // _commit_ts, lsn, tx_id, kafka_topic, kafka_partition, kafka_offset, day,
-// key_only, dlq_reason. It never fails on a bad event: every conversion
-// is tried, and what does not convert is named in dlq_reason.
+// key_only, dlq_reason, unchanged (the columns whose TOASTed value an
+// update left as it was, NULL in after). It never fails on a bad event:
+// every conversion is tried, and what does not convert is named in
+// dlq_reason.
 func parseSQL(id int, topic string, t *change.Table) string {
 	cols := imageColumns(t)
 	img := map[string]any{}
@@ -43,6 +45,7 @@ func parseSQL(id int, topic string, t *change.Table) string {
 		"op": "VARCHAR", "before": img, "after": img,
 		"source":   map[string]string{"lsn": "VARCHAR", "txId": "VARCHAR"},
 		"_cdc_seq": "VARCHAR", "_cdc_ord": "VARCHAR", "_commit_ts": "VARCHAR", "_before_key_only": "VARCHAR",
+		"_unchanged": "VARCHAR[]",
 	})
 	// The inner query converts every value once (typed); the outer packs
 	// the images and compares typed with raw to find what did not fit.
@@ -63,7 +66,7 @@ SELECT j.op AS op, %s, %s,
 	TRY_CAST(j.source.lsn AS UBIGINT) AS lsn, TRY_CAST(j.source.txId AS UBIGINT) AS tx_id,
 	%s AS kafka_topic, kafka_partition, kafka_offset,
 	CAST(TRY_CAST(j._commit_ts AS TIMESTAMPTZ) AS DATE) AS day, coalesce(TRY_CAST(j._before_key_only AS BOOLEAN), false) AS key_only,
-	%s AS dlq_reason
+	%s AS dlq_reason, j._unchanged AS unchanged
 FROM (SELECT kafka_partition, kafka_offset, j, v, %s
       FROM (SELECT kafka_partition, kafka_offset, v, try(from_json(v, %s)) AS j FROM `+stageTable+` WHERE tbl = %d))`,
 		decodedTable(id), before, after, literal(topic), dlqReasonSQL(t), strings.Join(typed, ", "), literal(string(structure)), id)
@@ -74,6 +77,15 @@ FROM (SELECT kafka_partition, kafka_offset, j, v, %s
 // change made before the source renamed it carries its former name.
 func envField(t *change.Table, side string, c change.Column) string {
 	field := named(t, side, c)
+	if side == "after" && c.Type.Toastable() && !c.Key {
+		// Left unchanged (its placeholder is no value): under any name
+		// the column had.
+		names := []string{literal(c.Name)}
+		for _, f := range formerNames(t, c.Name) {
+			names = append(names, literal(f.Name))
+		}
+		field = fmt.Sprintf("CASE WHEN list_has_any(j._unchanged, [%s]) THEN NULL ELSE %s END", strings.Join(names, ", "), field)
+	}
 	for _, f := range t.Reals {
 		if f.Column == c.Name {
 			// Before the widening, a real: as PostgreSQL converts it.
@@ -339,4 +351,64 @@ func fillValue(c change.Column) string {
 	}
 	ct := duckType(c.Type)
 	return ct.silverValue(ct.conv(fmt.Sprintf("from_json(%s, %s)", literal(string(enc)), literal(`"`+ct.extract+`"`))))
+}
+
+// fillUnchangedSQL gives the values an update left unchanged in t's rows
+// table (TOASTed values PostgreSQL did not log: the table lacks REPLICA
+// IDENTITY FULL) the column's value in the key's version before: its
+// newest change in the rows that carries the value, else silver's row,
+// or the newest quarantined change of the key if it is newer (held back,
+// it was still the source's version). Stream and replay both fill them,
+// each from the silver and quarantine it builds, so they agree. key is
+// the rows' key as lakeflow.quarantine spells it (keyJSON).
+func fillUnchangedSQL(t *change.Table, id int, key string) string {
+	rows := rowsTable(id)
+	var keys, on, prev, fields, held []string
+	for _, i := range t.KeyColumns() {
+		n := ident(t.Columns[i].Name)
+		keys = append(keys, "after."+n)
+		on = append(on, fmt.Sprintf("s.%s IS NOT DISTINCT FROM CAST(r.after.%s AS %s)", n, n, duckType(t.Columns[i].Type).duck))
+	}
+	for i, c := range t.Columns {
+		n := ident(c.Name)
+		v := "r.after." + n
+		if c.Type.Toastable() && !c.Key {
+			p := fmt.Sprintf("lakeflow_prev_%d", i)
+			prev = append(prev, fmt.Sprintf(`last_value(CASE WHEN op IN ('c', 'u', 'r') AND NOT list_contains(coalesce(unchanged, []), %s) THEN {'v': after.%s} END IGNORE NULLS)
+				OVER (PARTITION BY %s ORDER BY _cdc_seq, _cdc_ord ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS %s`,
+				literal(c.Name), n, strings.Join(keys, ", "), p))
+			// The quarantine keeps the row as JSON: bytes as DuckDB's
+			// escaped text, which a cast reads back.
+			typ := lakeType(c.Type)
+			held = append(held, fmt.Sprintf("%s: %s", jsonString(c.Name), jsonString(strings.ReplaceAll(typ, "BLOB", "VARCHAR"))))
+			v = fmt.Sprintf(`CASE WHEN list_contains(r.unchanged, %[1]s) THEN coalesce(r.%[2]s.v,
+				CASE WHEN q.pos IS NOT NULL THEN CAST(q.row.%[3]s AS %[4]s) ELSE CAST(s.%[3]s AS %[4]s) END) ELSE r.after.%[3]s END`,
+				literal(c.Name), p, n, typ)
+		}
+		fields = append(fields, n+" := "+v)
+	}
+	for _, c := range t.Retired {
+		fields = append(fields, ident(c.Name)+" := r.after."+ident(c.Name))
+	}
+	if len(prev) == 0 {
+		return "SELECT 1" // no column can be left unchanged
+	}
+	newer := "(s._cdc_seq IS NULL OR q.pos > struct_pack(s := s._cdc_seq, o := s._cdc_ord))"
+	return fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE %[1]s AS
+SELECT r.op, CASE WHEN r.op = 'u' AND r.unchanged IS NOT NULL THEN struct_pack(%[2]s) ELSE r.after END AS after,
+	r._cdc_seq, r._cdc_ord, r._commit_ts, r.kafka_partition, r.kafka_offset, r.unchanged
+FROM (SELECT *, %[3]s, %[4]s AS lakeflow_key FROM %[1]s) r
+LEFT JOIN silver.%[5]s s ON %[6]s
+LEFT JOIN (SELECT key::VARCHAR AS key, from_json(arg_max("row", struct_pack(s := _cdc_seq, o := _cdc_ord)), %[7]s) AS row,
+		max(struct_pack(s := _cdc_seq, o := _cdc_ord)) AS pos
+	FROM lakeflow.quarantine WHERE source_table = %[8]s AND action = 'quarantine' AND op <> 'd' GROUP BY ALL) q
+	ON q.key = r.lakeflow_key::VARCHAR AND %[9]s`,
+		rows, strings.Join(fields, ", "), strings.Join(prev, ", "), strings.Replace(key, "r.after.", "after.", -1), ident(t.Name), strings.Join(on, " AND "),
+		literal("{"+strings.Join(held, ", ")+"}"), literal(t.ID()), newer)
+}
+
+// jsonString quotes s as a JSON string.
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }

@@ -191,9 +191,6 @@ func Open(ctx context.Context, cfg config.Warehouse, lk *lake.Lake, log *slog.Lo
 // and keeps history only if asked.
 type View struct {
 	History bool
-	// Unrecorded: the rules hold changes back, but lakeflow.quarantine
-	// is not written (the view answers for silver alone).
-	Unrecorded bool
 }
 
 // OpenView creates a warehouse at path ("": in memory) that reads the
@@ -203,11 +200,11 @@ func OpenView(ctx context.Context, path string, cfg config.Warehouse, lk *lake.L
 }
 
 // ForSilver makes a view build silver alone: no history, from the tables
-// registered next on, and no quarantine records (the rules still hold
-// changes back).
+// registered next on. (The quarantine is still recorded: an update that
+// left a TOASTed value unchanged may take it from a change held back.)
 func (w *Warehouse) ForSilver() {
 	if w.view != nil {
-		w.view.History, w.view.Unrecorded = false, true
+		w.view.History = false
 	}
 }
 

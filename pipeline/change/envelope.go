@@ -1,6 +1,7 @@
 package change
 
 import (
+	"encoding/base64"
 	"fmt"
 	"strconv"
 )
@@ -12,7 +13,9 @@ import (
 // lakeflow's position fields _cdc_seq, _cdc_ord and _commit_ts, so an
 // existing Debezium consumer can read the topics. A before image that holds
 // only the key (a table without REPLICA IDENTITY FULL) is marked
-// "_before_key_only": true.
+// "_before_key_only": true. An after image's unchanged TOASTed values
+// (Datum.Unchanged) are Debezium's placeholder (Unavailable), and
+// "_unchanged" lists their columns.
 type Envelope struct {
 	Name     string // Debezium's topic.prefix / logical server name
 	Database string
@@ -47,8 +50,12 @@ func (env *Envelope) AppendValue(dst []byte, ev *Event, tsMillis int64) ([]byte,
 		return nil, err
 	}
 	dst = append(dst, `,"after":`...)
+	unchanged := false
 	if dst, err = appendImage(dst, ev.Table, ev.After); err != nil {
 		return nil, err
+	}
+	for _, d := range ev.After {
+		unchanged = unchanged || d.Unchanged()
 	}
 	dst = append(dst, `,"source":{"version":"lakeflow","connector":"postgresql","name":`...)
 	dst = AppendString(dst, env.Name)
@@ -80,11 +87,45 @@ func (env *Envelope) AppendValue(dst []byte, ev *Event, tsMillis int64) ([]byte,
 	dst = strconv.AppendUint(dst, uint64(ev.Pos.Ord), 10)
 	dst = append(dst, `,"_commit_ts":"`...)
 	dst = AppendMicrosISO(dst, ev.Commit)
+	dst = append(dst, '"')
 	if ev.KeyOnly {
-		dst = append(dst, `","_before_key_only":true}`...)
-		return dst, nil
+		dst = append(dst, `,"_before_key_only":true`...)
 	}
-	return append(dst, `"}`...), nil
+	if unchanged {
+		dst = append(dst, `,"_unchanged":[`...)
+		n := 0
+		for i, d := range ev.After {
+			if d.Unchanged() {
+				if n > 0 {
+					dst = append(dst, ',')
+				}
+				dst = AppendString(dst, ev.Table.Columns[i].Name)
+				n++
+			}
+		}
+		dst = append(dst, ']')
+	}
+	return append(dst, '}'), nil
+}
+
+// Unavailable is Debezium's placeholder for a value PostgreSQL did not
+// log (unavailable.value.placeholder).
+const Unavailable = "__debezium_unavailable_value"
+
+// appendUnavailable appends the placeholder as Debezium writes it for a
+// column of type t: a string, base64 for bytea, a list of one for an
+// array.
+func appendUnavailable(dst []byte, t Type) []byte {
+	if t.IsArray() {
+		t.Dims = 0
+		return append(appendUnavailable(append(dst, '['), t), ']')
+	}
+	if t.Kind == KindBytea {
+		dst = append(dst, '"')
+		dst = base64.StdEncoding.AppendEncode(dst, []byte(Unavailable))
+		return append(dst, '"')
+	}
+	return AppendString(dst, Unavailable)
 }
 
 func appendImage(dst []byte, t *Table, img []Datum) ([]byte, error) {
@@ -112,6 +153,9 @@ func appendField(dst []byte, c Column, d Datum) ([]byte, error) {
 	dst = append(dst, ':')
 	if d.Null {
 		return append(dst, "null"...), nil
+	}
+	if d.Unchanged() {
+		return appendUnavailable(dst, c.Type), nil
 	}
 	out, err := AppendValue(dst, c.Type, d.Text)
 	if err != nil {

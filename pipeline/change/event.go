@@ -12,11 +12,18 @@ const (
 	OpTruncate Op = 't'
 )
 
-// Datum is one column value in PostgreSQL's text output format.
+// Datum is one column value in PostgreSQL's text output format. One
+// that is neither NULL nor has text is unchanged: an update left the
+// column's large (TOASTed) value as it was, and PostgreSQL did not log it
+// (a table without REPLICA IDENTITY FULL); the warehouse takes it from
+// the version before.
 type Datum struct {
 	Null bool
 	Text []byte
 }
+
+// Unchanged reports whether d is an unchanged TOASTed value.
+func (d Datum) Unchanged() bool { return !d.Null && d.Text == nil }
 
 // Snapshot marks where a snapshot row sits, in Debezium's spelling.
 type Snapshot string
@@ -29,8 +36,8 @@ const (
 
 // Event is one row change. Before and After are in Table.Columns order and
 // nil when the image is absent (no before on insert, no after on delete).
-// The decoder resolves unchanged-TOAST markers, so every Datum is a value
-// or NULL.
+// The decoder resolves unchanged-TOAST markers where the before image
+// holds the value; an update's After may hold others (Datum.Unchanged).
 type Event struct {
 	Table    *Table
 	Op       Op

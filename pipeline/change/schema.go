@@ -50,6 +50,17 @@ type Type struct {
 // IsArray reports whether the type is an array type.
 func (t Type) IsArray() bool { return t.Dims > 0 }
 
+// Toastable reports whether PostgreSQL may store the type's values out
+// of line (TOAST): an update that leaves such a value as it was may not
+// log it (Datum.Unchanged). Fixed-size types never are.
+func (t Type) Toastable() bool {
+	switch t.Kind {
+	case KindText, KindBytea, KindNumeric, KindJSON, KindJSONB, KindOther:
+		return true
+	}
+	return t.IsArray()
+}
+
 // Column is one source column.
 type Column struct {
 	Name string `json:"name"`

@@ -216,19 +216,18 @@ func (d *Decoder) decodeRow(data []byte, lsn change.LSN) (Result, error) {
 	// the key alone ('K'; its other columns read as NULL, as Debezium
 	// shows them): the new row is still complete, and a delete needs only
 	// the key.
-	// The new tuple marks unchanged out-of-line (TOASTed) values 'u'; only
-	// a full old row has them.
+	// The new tuple marks unchanged out-of-line (TOASTed) values 'u': a
+	// full old row has them; otherwise they stay unchanged, and the
+	// warehouse takes them from the version before (silver's).
 	if data[0] == 'D' && before == nil {
 		return Result{}, fmt.Errorf("%w: %s sent a delete without the row's key (REPLICA IDENTITY NOTHING); run ALTER TABLE %s REPLICA IDENTITY FULL",
 			ErrIdentity, t.ID(), pgx.Identifier{t.Schema, t.Name}.Sanitize())
 	}
-	for i := range after {
-		if after[i].Text == nil && !after[i].Null {
-			if oldKind != 'O' || (before[i].Text == nil && !before[i].Null) {
-				return Result{}, fmt.Errorf("%w: %s column %s arrived as unchanged TOAST without its old value; run ALTER TABLE %s REPLICA IDENTITY FULL (for a partitioned table, on each partition)",
-					ErrIdentity, t.ID(), t.Columns[i].Name, pgx.Identifier{t.Schema, t.Name}.Sanitize())
+	if oldKind == 'O' {
+		for i := range after {
+			if after[i].Unchanged() && !before[i].Unchanged() {
+				after[i] = before[i]
 			}
-			after[i] = before[i]
 		}
 	}
 	d.events = d.events[:0]

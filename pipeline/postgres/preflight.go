@@ -89,8 +89,9 @@ func unwrapConnect(err error) error {
 // preflight checks that the source can be captured, and says in one line
 // per problem what to run to fix it. Partitions of a partitioned table
 // that do not log full rows are only warned about: the stream takes their
-// changes without the old row (see Decoder), and partitions are often
-// attached later by tools that do not set it. A captured table dropped
+// changes without the old row (see Decoder; the warehouse fills the
+// values an update left unchanged), and partitions are often attached
+// later by tools that do not set it. A captured table dropped
 // from the source (recorded says lakeflow captured it) is only warned
 // about too, and returned in gone: its changes still in the WAL are
 // applied, and silver, history and lake keep it.
@@ -156,7 +157,7 @@ func preflight(ctx context.Context, conn *pgx.Conn, tables []config.Table, recor
 				cmds = append(cmds, "ALTER TABLE "+rel+" REPLICA IDENTITY FULL;")
 			}
 			if partitioned {
-				log.Warn("partitions do not log full rows: their updates come without the old row, and an update that leaves a large value unchanged will stop ingestion",
+				log.Warn("partitions do not log full rows: their updates come without the old row, and a large value an update leaves unchanged is taken from silver's version of the row",
 					"table", t.String(), "run", strings.Join(cmds, " "))
 			} else {
 				problems = append(problems, fmt.Sprintf("table %s does not log full rows: run %s", t, strings.Join(cmds, " ")))
