@@ -26,7 +26,6 @@ type DeadLetter struct {
 	Payload   []byte
 }
 
-
 const deadLetterTables = `
 CREATE TABLE IF NOT EXISTS lakeflow.dlq (
 	topic          VARCHAR NOT NULL,

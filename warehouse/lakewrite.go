@@ -132,8 +132,8 @@ const (
 	// metaTopicID is the Kafka topic's ID: offsets count within one era
 	// of a topic (deleted and made again, its offsets start over).
 	metaTopicID = "lakeflow.topic_id"
-	metaFloor  = "lakeflow.floor"
-	metaBatch  = "lakeflow.batch"
+	metaFloor   = "lakeflow.floor"
+	metaBatch   = "lakeflow.batch"
 )
 
 // BatchPosition is a batch the pipeline committed and, if it ended at a
