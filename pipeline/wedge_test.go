@@ -455,3 +455,29 @@ func TestUnchangedToastWithoutFullIdentity(t *testing.T) {
 	assertSameSilver(t, h.cfg.Warehouse.Path, out, "m")
 	assertSameSilver(t, h.cfg.Warehouse.Path, backfillFromLakeAlone(t, h), "m")
 }
+
+// TestSlotDroppedByAnOperator: the replication slot is dropped while
+// lakeflow is stopped, and changes are made meanwhile (their WAL is read
+// by no one). The run stops, naming what to do; under a new slot
+// lakeflow takes every table again: silver follows the source, rows
+// deleted meanwhile included.
+func TestSlotDroppedByAnOperator(t *testing.T) {
+	h := newHarness(t, "public.t")
+	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, v int)`, `ALTER TABLE t REPLICA IDENTITY FULL`,
+		`INSERT INTO t SELECT g, g FROM generate_series(1, 20) g`)
+	h.run(t, Options{})
+	pgtest.Exec(t, h.dsn, `SELECT pg_drop_replication_slot('`+h.cfg.Source.Slot+`')`,
+		`DELETE FROM t WHERE id <= 5`, `UPDATE t SET v = -v WHERE id > 15`, `INSERT INTO t VALUES (21, 21)`)
+	err := runWatched(t, h.cfg, Options{}, h.log)
+	if !errors.Is(err, fault.ErrSource) || !strings.Contains(err.Error(), "set a new source.slot") {
+		t.Fatalf("want a stop that names the new slot, got %v", err)
+	}
+	h.cfg.Source.Slot += "_2"
+	h.run(t, Options{})
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
+	pgtest.Exec(t, h.dsn, `UPDATE t SET v = 0 WHERE id = 10`)
+	h.run(t, Options{})
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
+	assertLakeExactlyOnce(t, h.cfg, "public.t")
+	assertSameSilver(t, h.cfg.Warehouse.Path, backfillFromLakeAlone(t, h), "t")
+}

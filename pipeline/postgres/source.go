@@ -185,18 +185,23 @@ func (s *Source) Run(ctx context.Context, sink Sink, store StateStore, drain <-c
 	}
 	switch {
 	case streaming && !slotExists:
-		return fmt.Errorf("%w: replication slot %s is gone (dropped, or invalidated by max_slot_wal_keep_size), so changes after %s cannot be read from the WAL any more; start over with a new source.slot and fresh topics, lake and warehouse",
-			fault.ErrSource, s.cfg.Slot, state.ConsistentPoint)
+		return fmt.Errorf("%w: replication slot %s is gone (dropped, or invalidated by max_slot_wal_keep_size), so the changes after where lakeflow stands cannot be read from the WAL any more; set a new source.slot: lakeflow then takes every table again under it (silver and history follow the source's rows, the lake keeps what it has and records the new snapshot)",
+			fault.ErrSource, s.cfg.Slot)
 	case streaming:
 	case slotExists && (state == nil || state.Slot != s.cfg.Slot):
 		return fmt.Errorf("%w: replication slot %s exists but lakeflow did not create it for these topics; drop it (SELECT pg_drop_replication_slot('%s')) or choose another source.slot",
 			fault.ErrSource, s.cfg.Slot, s.cfg.Slot)
 	default:
 		// An earlier snapshot that did not finish may have delivered part
-		// of its rows; the new one starts by resetting every table.
-		redo := state != nil && state.Slot == s.cfg.Slot
-		if redo {
+		// of its rows, and under a new slot (the old one lost) the topics
+		// hold what the old one captured: the new snapshot starts by
+		// resetting every table, so rows deleted since leave silver too.
+		redo := state != nil
+		switch {
+		case redo && state.Slot == s.cfg.Slot:
 			s.log.Warn("an earlier initial snapshot did not finish; starting it again", "slot", s.cfg.Slot)
+		case redo:
+			s.log.Warn("a new replication slot: every table is taken again under it", "slot", s.cfg.Slot, "was", state.Slot)
 		}
 		if slotExists {
 			if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s.cfg.Slot); err != nil {
