@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/crash"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/kafka"
 	"github.com/lakeflow/lakeflow/pipeline/lake"
@@ -82,6 +83,7 @@ func Backfill(ctx context.Context, cfg *config.Config, opts BackfillOptions, log
 	if err := os.Remove(live + ".wal"); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return st, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
 	}
+	crash.Point(crash.Swap)
 	if err := os.Rename(out, live); err != nil {
 		return st, fmt.Errorf("%w: replace %s: %v", fault.ErrEnvironment, live, err)
 	}

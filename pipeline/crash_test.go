@@ -26,7 +26,12 @@ type process struct {
 
 func start(t *testing.T, h *harness, args ...string) *process {
 	t.Helper()
-	cmd := exec.Command(lakeflowBinary(t), append([]string{"--config", h.file, "--log-level", "debug"}, args...)...)
+	return launch(t, h, exec.Command(lakeflowBinary(t), append([]string{"--config", h.file, "--log-level", "debug"}, args...)...))
+}
+
+// launch starts cmd, a lakeflow command, whose log goes to h's.
+func launch(t *testing.T, h *harness, cmd *exec.Cmd) *process {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -126,7 +126,8 @@ func lakeCounts(t *testing.T, cfg *config.Config) counts {
 }
 
 // assertLakeExactlyOnce checks that every consumed Kafka record is in the
-// lake exactly once, and that no event position repeats.
+// lake exactly once (as an event, or a dead letter of a table topic), and
+// that no event position repeats.
 func assertLakeExactlyOnce(t *testing.T, cfg *config.Config, tables ...string) {
 	t.Helper()
 	db := openDuck(t, cfg.Warehouse.Path)
@@ -134,6 +135,9 @@ func assertLakeExactlyOnce(t *testing.T, cfg *config.Config, tables ...string) {
 	var records int64
 	queryRow(t, db, "SELECT sum(next_offset) FROM lakeflow.offsets WHERE topic NOT LIKE '%._schemas' AND topic NOT LIKE '%._watermarks'", &records)
 	var events int64
+	if dead, _ := filepath.Glob(filepath.Join(cfg.Lake.Dir, "_dlq", "*", "*", "*.parquet")); len(dead) > 0 {
+		queryRow(t, db, "SELECT count(*) FROM read_parquet(?) WHERE NOT contains(topic, '._')", &events, filepath.Join(cfg.Lake.Dir, "_dlq", "*", "*", "*.parquet"))
+	}
 	for _, table := range tables {
 		ct, err := config.ParseTable(table)
 		if err != nil {

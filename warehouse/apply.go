@@ -13,6 +13,7 @@ import (
 	"github.com/duckdb/duckdb-go/v2"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/crash"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/lake"
 	"github.com/lakeflow/lakeflow/pipeline/stage"
@@ -143,6 +144,7 @@ func (w *Warehouse) ApplyStaged(ctx context.Context, b Batch, s *Staged) (BatchS
 	// Committed: from here a crash is rolled forward by lake.Recover. The
 	// warehouse's own state moves on before the files are published: if
 	// that fails, the batch is applied (ErrUnpublished).
+	crash.Point(crash.Committed)
 	for _, r := range b.Records {
 		w.raiseLakeHigh(r.Topic, r.Partition, r.Offset)
 	}
@@ -338,6 +340,7 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, lf *lakeWrite, order
 	if err := w.recordLakeFiles(ctx, written); err != nil {
 		return files, err
 	}
+	crash.Point(crash.Staged)
 	if err := w.saveOffsets(ctx, b.Positions); err != nil {
 		return files, err
 	}
@@ -377,6 +380,7 @@ func (w *Warehouse) applyRows(ctx context.Context, order []*table, rows map[*tab
 	if st.Quarantined, st.Warned, err = w.applyRules(ctx, order, rows); err != nil {
 		return err
 	}
+	crash.Point(crash.Rules)
 	st.Rules = since()
 	stage.Enter(stage.History)
 	order = slices.DeleteFunc(slices.Clone(order), func(t *table) bool { return rows[t].judgeOnly })
@@ -387,6 +391,7 @@ func (w *Warehouse) applyRows(ctx context.Context, order []*table, rows map[*tab
 			}
 		}
 	}
+	crash.Point(crash.History)
 	st.History = since()
 	stage.Enter(stage.Merge)
 	golden := w.goldReads(order)
@@ -404,6 +409,7 @@ func (w *Warehouse) applyRows(ctx context.Context, order []*table, rows map[*tab
 			}
 		}
 	}
+	crash.Point(crash.Merge)
 	st.Merge = since()
 	stage.Enter(stage.Gold)
 	refreshed, err := w.refreshGold(ctx, golden, time.Now())
@@ -411,6 +417,7 @@ func (w *Warehouse) applyRows(ctx context.Context, order []*table, rows map[*tab
 		return err
 	}
 	w.refreshing = refreshed
+	crash.Point(crash.Gold)
 	st.Gold = since()
 	stage.Enter(stage.Commit) // bookkeeping, the commit and publishing the lake files
 	return nil

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lakeflow/lakeflow/pipeline/crash"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/lake"
 	"github.com/lakeflow/lakeflow/pipeline/stage"
@@ -254,6 +255,7 @@ func (c *Copy) Publish(ctx context.Context) error {
 		}
 	}
 	if err == nil {
+		crash.Point(crash.Publishing)
 		err = os.Rename(c.tmp, c.path)
 	}
 	if err == nil {

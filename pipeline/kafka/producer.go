@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/crash"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/stage"
 )
@@ -388,7 +389,9 @@ func (p *Producer) publishWatermark() error {
 	p.cl.Produce(context.Background(), r, func(_ *kgo.Record, err error) {
 		if err != nil {
 			p.fail(fmt.Errorf("%w: kafka: produce a watermark: %v", fault.ErrUnavailable, err))
+			return
 		}
+		crash.Point(crash.Watermark)
 	})
 	p.published = b.Seq
 	return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/crash"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 )
 
@@ -108,6 +109,7 @@ func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, sink Sink, store 
 		}
 		s.log.Info("table snapshotted", "table", t.ID(), "rows", n, "seconds", time.Since(p.Started).Round(time.Millisecond).Seconds())
 		rows += n
+		crash.Point(crash.Snapshot)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("%w: end snapshot transaction: %v", fault.ErrUnavailable, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/crash"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/stage"
 )
@@ -136,7 +137,9 @@ func (s *Source) streamOnce(ctx context.Context, sink Sink, state *change.Source
 	sendStatus := func() error {
 		statusMu.Lock()
 		defer statusMu.Unlock()
-		return sendStandbyStatus(repl, max(pglogrepl.LSN(s.confirmable(sink)), confirmed))
+		lsn := max(pglogrepl.LSN(s.confirmable(sink)), confirmed)
+		crash.Point(crash.SourceAcked)
+		return sendStandbyStatus(repl, lsn)
 	}
 	go func() {
 		defer wg.Done()

@@ -1,0 +1,41 @@
+// Package crash names the points where a test build of lakeflow (built
+// with -tags faults) dies as kill -9 does, when LF_CRASH_AT names the
+// point: the crash loop kills the pipeline at each one in turn and
+// proves that nothing is lost or written twice. A release build compiles
+// Point to nothing.
+package crash
+
+// The points, in the order a change meets them.
+const (
+	// SourceAcked: Kafka acknowledged events, before the slot is
+	// confirmed past them.
+	SourceAcked = "source.acked"
+	// Watermark: a watermark was produced.
+	Watermark = "producer.watermark"
+	// Snapshot: the initial snapshot copied its first table.
+	Snapshot = "snapshot.table"
+	// Staged: a batch's lake files are written under their staging
+	// names, before its transaction commits.
+	Staged = "batch.staged"
+	// Rules, History, Merge and Gold: inside a batch's transaction, after
+	// each of its steps.
+	Rules   = "batch.rules"
+	History = "batch.history"
+	Merge   = "batch.merge"
+	Gold    = "batch.gold"
+	// Committed: a batch committed, before its lake files' renames.
+	Committed = "batch.committed"
+	// Publishing: a copy of the warehouse is written, before its rename.
+	Publishing = "publish.copy"
+	// Swap: lakeflow backfill --all has rebuilt the warehouse, before the
+	// rename that swaps it in.
+	Swap = "backfill.swap"
+)
+
+// Points are every point the crash loop covers.
+var Points = []string{SourceAcked, Watermark, Snapshot, Staged, Rules, History, Merge, Gold, Committed, Publishing, Swap}
+
+// Env names the point to die at, as point or point@n (the n-th time it is
+// reached; the first by default). (Not LAKEFLOW_…: those are config
+// keys, and an unknown one is refused.)
+const Env = "LF_CRASH_AT"
