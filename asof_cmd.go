@@ -75,6 +75,10 @@ func asofCommand() *cli.Command {
 				fmt.Fprintf(os.Stderr, "lakeflow: %s is after the lake's last event (%s, committed %s): this is the latest state\n",
 					c.Args().First(), a.Last.Seq, a.Last.Commit.Format(time.RFC3339Nano))
 			}
+			if a.Split {
+				fmt.Fprintf(os.Stderr, "lakeflow: the lake's last changes hold part of a transaction whose rest it does not hold yet: this is the state as of %s, the last batch that ended at a transaction boundary\n",
+					a.Bound.Seq)
+			}
 			if a.Held {
 				fmt.Fprintf(os.Stderr, "lakeflow: a batch is being published to the lake (or a crash left one half published): this is the state as of %s, the last position the lake holds whole\n",
 					a.Bound.Seq)

@@ -207,6 +207,11 @@ func runCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			// Logging is best-effort, shutdown is not: a Ctrl-C that also
+			// ends the tee of `run 2>&1 | tee run.log` leaves the log a
+			// broken pipe, which must fail writes rather than kill the
+			// run before it commits and stops the embedded PostgreSQL.
+			signal.Ignore(syscall.SIGPIPE)
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			defer onInterrupt(ctx, stop, log)()

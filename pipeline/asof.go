@@ -57,6 +57,10 @@ type AsOf struct {
 	// published): the state is as of Bound, the last position whose
 	// batches the lake holds whole.
 	Held bool
+	// Split says the lake's last changes hold part of a transaction
+	// (larger than the batch limits, its rest not written yet): the state
+	// is as of Bound, the last batch that ended at a transaction boundary.
+	Split bool
 	// Relation is the table asked for, as SQL; Silver says it is a silver
 	// table (Key lists its key columns).
 	Relation string
@@ -136,6 +140,11 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 	}
 	if a.Bound.Seq > complete {
 		a.Bound.Seq, a.Held = complete, true
+	}
+	if whole, after, ok, err := wh.LastWhole(ctx); err != nil {
+		return fail(err)
+	} else if ok && after && a.Bound.Seq > whole {
+		a.Bound.Seq, a.Split = whole, true
 	}
 	set, err := loaded()
 	if err != nil {

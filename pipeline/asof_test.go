@@ -337,9 +337,9 @@ func TestParsePosition(t *testing.T) {
 	}
 }
 
-// assertAsOfEqualsSource checks the warehouse lakeflow asof builds from
-// the lake as of its end equals the source, table by table.
-func assertAsOfEqualsSource(t *testing.T, h *harness, tables ...string) string {
+// asofAtEnd builds lakeflow asof's warehouse as of the lake's end, and
+// returns it with its path.
+func asofAtEnd(t *testing.T, h *harness) (*AsOf, string) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "asof.duckdb")
 	a, err := BuildAsOf(context.Background(), h.cfg, AsOfOptions{Position: "FFFFFFFF/0", Out: out}, h.log)
@@ -347,6 +347,14 @@ func assertAsOfEqualsSource(t *testing.T, h *harness, tables ...string) string {
 		t.Fatalf("asof: %v", err)
 	}
 	a.Close()
+	return a, out
+}
+
+// assertAsOfEqualsSource checks the warehouse lakeflow asof builds from
+// the lake as of its end equals the source, table by table.
+func assertAsOfEqualsSource(t *testing.T, h *harness, tables ...string) string {
+	t.Helper()
+	_, out := asofAtEnd(t, h)
 	assertSilverEqualsSource(t, h.dsn, out, tables...)
 	return out
 }

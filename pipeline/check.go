@@ -410,7 +410,7 @@ func (c *consumer) recordChecks(ctx context.Context) error {
 		if failed := run.report.Failed(); failed != "" {
 			c.log.Warn("scheduled check failed", "part", failed, "findings", len(run.report.Findings))
 		}
-		return c.wh.RecordChecks(ctx, run.at, rows)
+		return c.wh.RecordChecks(statement(ctx), run.at, rows)
 	default:
 		return nil
 	}

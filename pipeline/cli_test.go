@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/crash"
 	"github.com/lakeflow/lakeflow/pipeline/demo"
 	"github.com/lakeflow/lakeflow/pipeline/postgres"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
@@ -36,15 +38,21 @@ func following(t *testing.T) (*harness, *process) {
 }
 
 // TestInterruptFinishesTheBatchAndExitsZero sends SIGINT to `lakeflow run
-// --follow` while changes flow: it must say so, exit 0, and a later run
-// must find everything consistent.
+// --follow` while a batch is being applied (a test build holds it in its
+// merge): the batch commits, the run says so and exits 0, and a later run
+// finds everything consistent.
 func TestInterruptFinishesTheBatchAndExitsZero(t *testing.T) {
 	ctx := context.Background()
-	h, p := following(t)
+	h := newDemoHarness(t)
+	// The snapshot's batch, then the workload's first, held in its merge.
+	cmd := lakeflowCmdAt(t, lakeflowFaultBinary(t), "", "--config", h.file, "--log-level", "debug", "run", "--follow")
+	cmd.Env = append(cmd.Env, crash.HoldEnv+"="+crash.Merge+"@2")
+	p := launch(t, h, cmd)
+	p.waitBatches(t, 1)
 	if _, err := (demo.Workload{Events: 3000, Seed: 5}).Run(ctx, h.dsn); err != nil {
 		t.Fatal(err)
 	}
-	p.waitBatches(t, 1)
+	waitFor(t, "a batch held in its merge", func() bool { return strings.Contains(h.logs.String(), "holding at "+crash.Merge) })
 	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -62,6 +70,9 @@ func TestInterruptFinishesTheBatchAndExitsZero(t *testing.T) {
 	if !strings.Contains(h.logs.String(), "interrupt again to stop at once") {
 		t.Fatal("the interrupt did not say what the run does now")
 	}
+	if _, after, _ := strings.Cut(h.logs.String(), "holding at "+crash.Merge); !strings.Contains(after, `msg="batch committed"`) {
+		t.Fatal("the batch the interrupt found being applied did not commit")
+	}
 	// Stopped, the published warehouse is all of it, and says how the
 	// run went.
 	db := openDuck(t, h.cfg.Warehouse.Path)
@@ -77,6 +88,48 @@ func TestInterruptFinishesTheBatchAndExitsZero(t *testing.T) {
 	h.run(t, Options{})
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, demoTables...)
 	assertLakeExactlyOnce(t, h.cfg, demoTables...)
+}
+
+// TestBrokenLogPipeDoesNotStopShutdown: `run --follow 2>&1 | tee run.log`
+// and Ctrl-C, which ends tee too: the log is a broken pipe when the run
+// says it is stopping, and the run still stops as an interrupted one
+// does (exit 0, recorded as interrupted), not killed by SIGPIPE.
+func TestBrokenLogPipeDoesNotStopShutdown(t *testing.T) {
+	h := newDemoHarness(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := lakeflowCmd(t, "--config", h.file, "--log-level", "debug", "run", "--follow")
+	cmd.Stderr = w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	sc := bufio.NewScanner(r)
+	for sc.Scan() && !strings.Contains(sc.Text(), `msg="batch committed"`) {
+	}
+	r.Close() // tee is gone
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("lakeflow run --follow, its log a broken pipe, after SIGINT: %v, want exit 0", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("lakeflow did not stop within a minute of SIGINT")
+	}
+	db := openDuck(t, h.cfg.Warehouse.Path)
+	defer db.Close()
+	var reason string
+	queryRow(t, db, "SELECT exit_reason FROM lakeflow.runs ORDER BY started_at DESC LIMIT 1", &reason)
+	if reason != "interrupted" {
+		t.Fatalf("lakeflow.runs: the run ended %q, want interrupted", reason)
+	}
 }
 
 // TestDemoOnEmbeddedDefaults runs the README's demo command with only the

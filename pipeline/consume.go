@@ -31,11 +31,15 @@ var trimInterval = 30 * time.Second
 
 // consumer moves records from Kafka into the lake and the warehouse, one
 // batch (one DuckDB transaction) at a time, staging the next while one is
-// applied (flight). A batch ends at a watermark
-// (a source transaction boundary that is complete in every partition), so
-// silver is always the source as of one position; only a transaction
-// larger than the batch limits is applied in several batches, of which
-// the last is the consistent one.
+// applied (flight). A batch ends at a watermark (a source transaction
+// boundary that is complete in every partition): it takes, in each
+// partition, the records up to the watermark's position (its bounds may
+// hold later ones, written before a restart), so silver is always the
+// source as of one position. Only a transaction larger than the batch
+// limits is applied in several batches, after a split mark says that
+// everything before it is in: those batches hold it in part and nothing
+// after it, and the last, at its watermark, is the consistent one. No
+// batch is made without a mark.
 type consumer struct {
 	cfg        config.Pipeline
 	kcfg       kafka.Config
@@ -74,6 +78,18 @@ type consumer struct {
 	applied atomic.Uint64
 	seq     change.LSN
 	idleEnd change.LSN
+	// splitting is the position of a transaction being applied in parts
+	// (a split mark was taken), 0 if none; splitDone, that no partition
+	// has more of it to bring, so none need wait for the others.
+	splitting change.LSN
+	splitDone bool
+	// last is, per table partition, the position of the newest record
+	// fetched (partitions hold their events in position order).
+	last map[kafka.TopicPartition]change.LSN
+	// savedBounds are the bounds the warehouse holds (Batch.Bounds);
+	// reset, the topics whose log was read again from its start.
+	savedBounds map[string]map[int32]int64
+	reset       map[string]bool
 	// strays are records of the meta topics that lakeflow did not write:
 	// the next batch keeps them as dead letters.
 	strays []warehouse.DeadLetter
@@ -120,12 +136,23 @@ func (c *consumer) run(ctx context.Context) error {
 	return err
 }
 
+// statement is ctx for one of the consumer's statements on the
+// warehouse: a cancel does not interrupt it. Each is short, and the loop
+// takes a cancel between them; an interrupted one can leave DuckDB's
+// database open after the warehouse is closed, so that opening the file
+// again in the same process waits for ever (the instance-cache spin of
+// duckdb/duckdb#25965: seen in tests that stop a consumer and read its
+// warehouse).
+func statement(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
 // loop consumes as run says, and may return while a batch is still being
 // applied: run waits for it.
 func (c *consumer) loop(ctx context.Context) error {
 	stage.Enter(stage.Fetch)
 	c.committed, c.seen = map[string]warehouse.TopicPosition{}, map[string]warehouse.TopicPosition{}
 	c.bounds = map[string]map[int32]int64{}
+	c.last = map[kafka.TopicPartition]change.LSN{}
+	c.savedBounds, c.reset = map[string]map[int32]int64{}, map[string]bool{}
 	if err := c.syncSchemas(ctx); err != nil {
 		return err
 	}
@@ -158,7 +185,7 @@ func (c *consumer) loop(ctx context.Context) error {
 			if err := c.settle(ctx); err != nil {
 				return err
 			}
-			return c.wh.RefreshDue(ctx, true)
+			return c.wh.RefreshDue(statement(ctx), true)
 		}
 		// Between batches: the scheduled checks' results that arrived,
 		// and the published copy when it is due. The batch being applied
@@ -189,7 +216,7 @@ func (c *consumer) loop(ctx context.Context) error {
 		if time.Since(c.synced) >= c.cfg.BatchInterval {
 			err := c.syncSchemas(ctx)
 			if err == nil && len(c.pending) == 0 && c.flight == nil {
-				err = c.wh.RefreshDue(ctx, false)
+				err = c.wh.RefreshDue(statement(ctx), false)
 			}
 			if err != nil {
 				if ctx.Err() != nil && !final(err) {
@@ -226,11 +253,18 @@ func (c *consumer) loop(ctx context.Context) error {
 				continue
 			}
 			rec := warehouse.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Value: r.Value, Arrived: arrival(r.Timestamp)}
+			if seq, ok := change.PeekSeq(r.Value); ok {
+				rec.Seq = seq
+				c.last[kafka.TopicPartition{Topic: r.Topic, Partition: r.Partition}] = seq
+			}
 			if len(c.pending) == 0 || rec.Arrived.Before(c.oldest) {
 				c.oldest = rec.Arrived
 			}
 			c.pending = append(c.pending, rec)
 			c.bytes += int64(len(r.Value))
+		}
+		if c.metrics != nil && len(recs) > 0 {
+			c.metrics.pending.Set(float64(len(c.pending)))
 		}
 		if unknown {
 			// A watermark names a table whose schema arrived after the
@@ -303,14 +337,9 @@ func arrival(ts time.Time) time.Time {
 // the topic can stop the consumer or move where batches end. A bound
 // never moves back: lakeflow's watermarks only move forward in a topic.
 func (c *consumer) addMark(r *kgo.Record) bool {
-	var w change.Watermark
-	err := json.Unmarshal(r.Value, &w)
-	switch {
-	case err != nil:
-		c.stray(kafka.Stray{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Value: r.Value, Reason: "not a watermark: " + err.Error()})
-		return false
-	case !c.kafka.Signed(r):
-		c.stray(kafka.Stray{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Value: r.Value, Reason: "not signed by this pipeline: another client wrote it"})
+	w, stray := c.kafka.Watermark(r)
+	if stray != nil {
+		c.stray(*stray)
 		return false
 	}
 	for topic, parts := range w.Offsets {
@@ -343,47 +372,106 @@ func deadStray(s kafka.Stray) warehouse.DeadLetter {
 
 // step applies a batch if one is due: up to the newest watermark whose
 // records have all arrived, once that batch is full or old enough, or
-// carries no records at all (a heartbeat), or ends the drain; or, when the
-// records held reach batch_bytes with no watermark in reach (a huge
-// transaction), all of them as a batch that is not consistent. A batch
-// grows past batch_events to end at a transaction boundary.
+// ends the drain, or the records held reach batch_bytes; a watermark with
+// nothing to apply makes no batch (idle). When the records held reach
+// batch_bytes with no watermark in reach (a huge transaction), the
+// transaction a split mark names is applied in part, and nothing after
+// it. A batch grows past batch_events to end at a transaction boundary.
 func (c *consumer) step(ctx context.Context, target map[string]map[int32]int64) error {
-	k := -1
-	for i := len(c.marks) - 1; i >= 0; i-- {
-		if c.arrived(c.marks[i].bounds) {
-			k = i
-			break
-		}
-	}
+	k, split := c.ready()
 	hard := c.bytes >= c.cfg.BatchBytes
+	if hard && split > k && c.marks[split].w.Seq > c.seq {
+		m := c.marks[split]
+		// A split mark never takes splitting back (records past the
+		// one it had may have been applied), and one of a
+		// transaction silver holds (re-read after a restart) is none.
+		c.splitting, c.splitDone = max(c.splitting, m.w.Seq), false
+		return c.apply(ctx, &m)
+	}
 	if k < 0 {
-		if hard {
-			return c.apply(ctx, len(c.pending), nil)
+		if hard && c.splitting != 0 && !c.splitDone {
+			if in, _ := c.take(nil); len(in) > 0 {
+				return c.apply(ctx, nil)
+			}
+			// Nothing held is of the transaction (one a kill abandoned
+			// never ends): what is held waits for a watermark, which no
+			// paused partition may hold up (pace).
+			c.splitDone = true
 		}
 		return nil
 	}
 	m := &c.marks[k]
-	n, size := 0, int64(0)
-	for _, r := range c.pending {
-		if r.Offset < m.bounds[r.Topic][r.Partition] {
-			n++
-			size += int64(len(r.Value))
-		}
+	in, _ := c.take(m)
+	n, size := len(in), int64(0)
+	for _, r := range in {
+		size += int64(len(r.Value))
 	}
-	if n == 0 && !c.consistentAt(c.committed, m.bounds) {
-		// Watermarks behind what a batch that was not consistent applied.
-		c.dropMarks(m.offset)
-		return nil
-	}
-	if n == 0 && !slices.ContainsFunc(c.strays, func(d warehouse.DeadLetter) bool { return d.Offset <= m.offset }) {
+	if n == 0 && c.idles(m) {
 		c.idle(m)
 		return nil
 	}
 	last := target != nil && n == len(c.pending) && reached(c.seen, target)
 	if n == 0 || last || hard || n >= c.cfg.BatchEvents || size >= c.cfg.BatchBytes || c.waited(target != nil) {
-		return c.apply(ctx, n, m)
+		return c.apply(ctx, m)
 	}
 	return nil
+}
+
+// ready returns the newest watermark whose records have all arrived and
+// the newest split mark after it that has, -1 for none.
+func (c *consumer) ready() (k, split int) {
+	k, split = -1, -1
+	for i := len(c.marks) - 1; i >= 0; i-- {
+		if !c.arrived(&c.marks[i]) {
+			continue
+		}
+		if !c.marks[i].w.Split {
+			return i, split
+		}
+		if split < 0 {
+			split = i
+		}
+	}
+	return k, split
+}
+
+// take splits the records held into those of the batch ending at m (nil:
+// the transaction being split) and the rest: in each partition, those
+// before the first record after m's position (a split mark's: after the
+// transaction), and, at a watermark, below its bounds.
+func (c *consumer) take(m *mark) (in, rest []warehouse.Record) {
+	seq, bounded := c.splitting, false
+	if m != nil && !m.w.Split {
+		seq, bounded = m.w.Seq, true
+	}
+	cut := map[kafka.TopicPartition]bool{}
+	in = make([]warehouse.Record, 0, len(c.pending))
+	// An array with room for as many as were pending (not
+	// c.pending[:0:0]: that keeps the records' array live): grown a
+	// record at a time from their number, they were copied again and
+	// again while the consumer was behind.
+	rest = make([]warehouse.Record, 0, len(c.pending))
+	for _, r := range c.pending {
+		tp := kafka.TopicPartition{Topic: r.Topic, Partition: r.Partition}
+		if r.Seq > seq {
+			cut[tp] = true
+		}
+		if cut[tp] || (bounded && r.Offset >= m.bounds[r.Topic][r.Partition]) {
+			rest = append(rest, r)
+		} else {
+			in = append(in, r)
+		}
+	}
+	return in, rest
+}
+
+// idles says whether m, a watermark up to which there is nothing to
+// apply, needs no batch: none when it ends a transaction applied in parts
+// (its batch, empty, says silver is consistent again) or the records of
+// the watermark topic before it hold strays (its batch keeps them as dead
+// letters).
+func (c *consumer) idles(m *mark) bool {
+	return c.splitting == 0 && !slices.ContainsFunc(c.strays, func(d warehouse.DeadLetter) bool { return d.Offset <= m.offset })
 }
 
 // idle takes a watermark up to which there is nothing to apply: the
@@ -408,27 +496,30 @@ func (c *consumer) idle(m *mark) {
 // watermark needs while another partition still lags behind it, so the
 // records a watermark covers arrive together and batches can end there
 // (one busy partition would otherwise fill the batch on its own). It
-// resumes them once that watermark is complete.
+// resumes them once that watermark is complete. While a transaction is
+// applied in parts, partitions already past it wait too.
 func (c *consumer) pace() {
 	want := map[kafka.TopicPartition]bool{}
-	for _, m := range c.marks {
-		if c.arrived(m.bounds) {
+	var next *mark
+	for i := range c.marks {
+		if !c.arrived(&c.marks[i]) {
+			next = &c.marks[i]
+			break
+		}
+	}
+	if next != nil && !c.assigned(next.bounds) {
+		next = nil // pausing would wait for a topic not read yet
+	}
+	for topic, pos := range c.seen {
+		if topic == c.wmTopic() || topic == kafka.SchemaTopic(c.kcfg.Prefix) {
 			continue
 		}
-		if !c.assigned(m.bounds) {
-			break // pausing would wait for a topic not read yet
-		}
-		for topic, pos := range c.seen {
-			if topic == c.wmTopic() || topic == kafka.SchemaTopic(c.kcfg.Prefix) {
-				continue
-			}
-			for p, next := range pos.Next {
-				if next >= m.bounds[topic][p] {
-					want[kafka.TopicPartition{Topic: topic, Partition: p}] = true
-				}
+		for p := range pos.Next {
+			tp := kafka.TopicPartition{Topic: topic, Partition: p}
+			if (next != nil && c.holds(next, tp)) || (c.splitting != 0 && !c.splitDone && c.last[tp] > c.splitting) {
+				want[tp] = true
 			}
 		}
-		break
 	}
 	c.kafka.Pause(want)
 }
@@ -452,15 +543,17 @@ func (c *consumer) assigned(bounds map[string]map[int32]int64) bool {
 	return true
 }
 
-// arrived reports whether every record below bounds has been received.
-func (c *consumer) arrived(bounds map[string]map[int32]int64) bool {
-	for topic, parts := range bounds {
-		seen, ok := c.seen[topic]
-		if !ok {
+// arrived reports whether every record m's batch needs has been
+// received: in each partition its bounds name, every record below the
+// bound, or one after m's position (a split mark's: at it), after which
+// the partition holds only later ones.
+func (c *consumer) arrived(m *mark) bool {
+	for topic, parts := range m.bounds {
+		if _, ok := c.seen[topic]; !ok {
 			return false
 		}
-		for p, end := range parts {
-			if seen.Next[p] < end {
+		for p := range parts {
+			if !c.holds(m, kafka.TopicPartition{Topic: topic, Partition: p}) {
 				return false
 			}
 		}
@@ -468,20 +561,31 @@ func (c *consumer) arrived(bounds map[string]map[int32]int64) bool {
 	return true
 }
 
-// finish applies the records held under a fresh, bounded context.
+// holds says whether partition tp has delivered every record m needs.
+func (c *consumer) holds(m *mark, tp kafka.TopicPartition) bool {
+	last, ok := c.last[tp]
+	return c.seen[tp.Topic].Next[tp.Partition] >= m.bounds[tp.Topic][tp.Partition] ||
+		(ok && (last > m.w.Seq || (m.w.Split && last == m.w.Seq)))
+}
+
+// finish applies, under a fresh, bounded context, the records held up to
+// the newest watermark whose records have all arrived; the rest are read
+// again at the next start (no batch is made without a watermark).
 func (c *consumer) finish(cause error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout)
 	defer cancel()
-	for len(c.pending) > 0 {
-		n := len(c.pending)
-		if err := c.step(ctx, c.seenAsTarget()); err != nil {
-			return err
+	for {
+		k, _ := c.ready()
+		if k < 0 {
+			break
 		}
-		if len(c.pending) == n {
-			// No watermark ends what is held: keep it as it is.
-			if err := c.apply(ctx, n, nil); err != nil {
-				return err
-			}
+		m := &c.marks[k]
+		if in, _ := c.take(m); len(in) == 0 && c.idles(m) {
+			c.idle(m)
+			continue
+		}
+		if err := c.apply(ctx, m); err != nil {
+			return err
 		}
 	}
 	if err := c.settle(ctx); err != nil {
@@ -521,33 +625,18 @@ func (f *flight) landed() bool {
 	}
 }
 
-// apply stages the pending records below m's bounds (all of them when m
-// is nil) and sets them off as one batch, once the batch before has been
-// applied.
-func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
+// apply stages the records of the batch ending at m (nil: a part of the
+// transaction being split, c.splitting) and sets them off as one batch,
+// once the batch before has been applied.
+func (c *consumer) apply(ctx context.Context, m *mark) error {
 	// Schema records are acknowledged before the events that need them,
 	// so reading the schema topic now covers everything in the batch.
 	if err := c.syncSchemas(ctx); err != nil {
 		return err
 	}
 	batch := warehouse.Batch{Positions: map[string]warehouse.TopicPosition{}}
-	// The records left for the next batch, in an array with room for as
-	// many as were pending (not c.pending[:0:0]: that keeps the records'
-	// array live): grown a record at a time from their number, they were
-	// copied again and again while the consumer was behind.
-	rest := make([]warehouse.Record, 0, len(c.pending))
-	if m == nil {
-		batch.Records = c.pending
-	} else {
-		batch.Records = make([]warehouse.Record, 0, n)
-		for _, r := range c.pending {
-			if r.Offset < m.bounds[r.Topic][r.Partition] {
-				batch.Records = append(batch.Records, r)
-			} else {
-				rest = append(rest, r)
-			}
-		}
-	}
+	var rest []warehouse.Record
+	batch.Records, rest = c.take(m)
 	for _, r := range batch.Records {
 		pos, ok := batch.Positions[r.Topic]
 		if !ok {
@@ -571,7 +660,26 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 		wm := clonePosition(c.committed[c.wmTopic()])
 		wm.Next[0] = m.offset + 1
 		batch.Positions[c.wmTopic()] = wm
-		if c.consistentAt(batch.Positions, m.bounds) {
+		// The mark's bounds that the warehouse does not hold: a restart
+		// starts from them.
+		for topic, parts := range m.bounds {
+			for p, b := range parts {
+				if saved, ok := c.savedBounds[topic][p]; ok && saved == b {
+					continue
+				}
+				if batch.Bounds == nil {
+					batch.Bounds = map[string]map[int32]int64{}
+				}
+				if batch.Bounds[topic] == nil {
+					batch.Bounds[topic] = map[int32]int64{}
+				}
+				batch.Bounds[topic][p] = b
+				if _, ok := batch.Positions[topic]; !ok {
+					batch.Positions[topic] = clonePosition(c.committed[topic])
+				}
+			}
+		}
+		if !m.w.Split {
 			// A copy: the batch is applied after its mark has left
 			// c.marks, whose array dropMarks reuses.
 			w := m.w
@@ -587,7 +695,7 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 		}
 	}
 	stage.Enter(stage.Staging)
-	staged, err := c.wh.Stage(ctx, batch.Records)
+	staged, err := c.wh.Stage(statement(ctx), batch.Records)
 	stage.Enter(stage.Fetch)
 	if err != nil {
 		return errors.Join(err, c.settle(ctx))
@@ -600,6 +708,12 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 		return err
 	}
 	maps.Copy(c.committed, batch.Positions)
+	for topic, parts := range batch.Bounds {
+		if c.savedBounds[topic] == nil {
+			c.savedBounds[topic] = map[int32]int64{}
+		}
+		maps.Copy(c.savedBounds[topic], parts)
+	}
 	// The batch reads no schema: the loop's next look is due
 	// batch_interval after it was set off.
 	c.synced = time.Now()
@@ -608,6 +722,9 @@ func (c *consumer) apply(ctx context.Context, n int, m *mark) error {
 	}
 	if batch.Watermark != nil {
 		c.seq = max(c.seq, batch.Watermark.Seq)
+		if c.splitting <= c.seq {
+			c.splitting, c.splitDone = 0, false
+		}
 	}
 	c.bytes = 0
 	c.oldest = time.Now()
@@ -702,27 +819,6 @@ func (c *consumer) deadLetters(ctx context.Context, dead []warehouse.DeadLetter)
 	}
 }
 
-// consistentAt reports whether positions (after a batch) stand exactly at
-// bounds in every table topic: then silver holds every transaction up to
-// the watermark and nothing after it. After a batch that was not
-// consistent, a watermark read again can lie behind what is applied.
-func (c *consumer) consistentAt(positions map[string]warehouse.TopicPosition, bounds map[string]map[int32]int64) bool {
-	for topic, pos := range c.committed {
-		if topic == c.wmTopic() || topic == kafka.SchemaTopic(c.kcfg.Prefix) {
-			continue
-		}
-		if p, ok := positions[topic]; ok {
-			pos = p
-		}
-		for part, next := range pos.Next {
-			if next != bounds[topic][part] && (next > 0 || bounds[topic][part] > 0) {
-				return false
-			}
-		}
-	}
-	return true
-}
-
 // trim deletes committed records from Kafka now and then (kafka.Trim).
 func (c *consumer) trim(ctx context.Context) {
 	if time.Since(c.trimmed) < trimInterval {
@@ -771,7 +867,7 @@ func (c *consumer) syncSchemas(ctx context.Context) error {
 			return err
 		}
 	}
-	from, err := c.wh.Offsets(ctx, topic)
+	from, err := c.wh.Offsets(statement(ctx), topic)
 	if err != nil {
 		return err
 	}
@@ -802,7 +898,7 @@ func (c *consumer) syncSchemas(ctx context.Context) error {
 		for i, r := range recs {
 			schemas[i] = warehouse.Schema{Topic: r.Topic, Table: r.Table}
 		}
-		if err := c.wh.ApplySchemas(ctx, schemas, topic, warehouse.TopicPosition(next), state, dead); err != nil {
+		if err := c.wh.ApplySchemas(statement(ctx), schemas, topic, warehouse.TopicPosition(next), state, dead); err != nil {
 			return err
 		}
 		if len(dead) > 0 {
@@ -834,7 +930,7 @@ func (c *consumer) assign(ctx context.Context, topic string, partitions int) err
 	if c.kafka.Assigned(topic) {
 		return nil
 	}
-	stored, err := c.wh.Offsets(ctx, topic)
+	stored, err := c.wh.Offsets(statement(ctx), topic)
 	if err != nil {
 		return err
 	}
@@ -850,18 +946,41 @@ func (c *consumer) assign(ctx context.Context, topic string, partitions int) err
 			"topic", topic, "warehouse_at", c.wh.Floor())
 	}
 	if topic != c.wmTopic() {
-		if err := c.wh.ReadingTopic(ctx, topic, from.ID); err != nil {
+		if err := c.wh.ReadingTopic(statement(ctx), topic, from.ID); err != nil {
 			return err
 		}
 	}
 	pos := warehouse.TopicPosition(from)
 	c.committed[topic], c.seen[topic] = clonePosition(pos), clonePosition(pos)
+	for tp := range c.last {
+		if tp.Topic == topic {
+			delete(c.last, tp) // a position an earlier log of the topic reported
+		}
+	}
+	if reset {
+		c.reset[topic] = true
+	}
 	if topic == c.wmTopic() {
-		// Watermarks not yet read leave each partition where it stands.
+		// Watermarks not yet read leave each partition where the last
+		// batch that ended at a mark left its bound (a batch takes the
+		// records up to its mark's position: its bounds may hold later
+		// ones, which a later batch takes).
 		for t, p := range c.committed {
-			if t != c.wmTopic() {
-				c.bounds[t] = maps.Clone(p.Next)
+			if t == c.wmTopic() {
+				continue
 			}
+			c.bounds[t] = maps.Clone(p.Next)
+			if c.reset[t] {
+				continue // the bounds of a log that is gone
+			}
+			stored, err := c.wh.Bounds(statement(ctx), t)
+			if err != nil {
+				return err
+			}
+			for part, b := range stored {
+				c.bounds[t][part] = max(c.bounds[t][part], b)
+			}
+			c.savedBounds[t] = stored
 		}
 		c.marks = nil
 	} else if reset || c.bounds[topic] == nil {

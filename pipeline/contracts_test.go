@@ -221,3 +221,17 @@ func TestFailRuleStopsTheRunLosingNothing(t *testing.T) {
 	h.run(t, Options{})
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, demoTables...)
 }
+
+// writeContracts writes contract files (name: body) into h's contracts
+// directory.
+func writeContracts(t *testing.T, h *harness, files map[string]string) {
+	t.Helper()
+	if err := os.MkdirAll(h.cfg.Contracts.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(h.cfg.Contracts.Dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

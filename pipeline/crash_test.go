@@ -3,7 +3,6 @@ package pipeline
 import (
 	"bufio"
 	"context"
-	"math/rand/v2"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -114,49 +113,6 @@ func (p *process) wait(t *testing.T) error {
 	}
 	t.Fatalf("lakeflow %s did not exit in %v", strings.Join(p.cmd.Args[1:], " "), runLimit)
 	return nil
-}
-
-// TestKillNineAndReplay kills `lakeflow run --follow` with SIGKILL at
-// random moments while the workload runs, restarts it each time, and
-// finally drains with `lakeflow run`: the warehouse must equal the source
-// and the lake must hold every event exactly once. Topics have three
-// partitions, so per-partition positions and offsets are exercised.
-func TestKillNineAndReplay(t *testing.T) {
-	lakeflowBinary(t)
-	h := newHarnessWith(t, "partitions = 3", qualified(demoTables)...)
-	ctx := context.Background()
-	if err := demo.Setup(ctx, h.dsn); err != nil {
-		t.Fatal(err)
-	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
-
-	workload := make(chan error, 1)
-	go func() {
-		_, err := demo.Workload{Events: 20000, Seed: seed}.Run(ctx, h.dsn)
-		workload <- err
-	}()
-	for kills := 0; kills < 3; kills++ {
-		p := start(t, h, "run", "--follow")
-		p.waitBatches(t, 1)
-		time.Sleep(time.Duration(rng.IntN(400)) * time.Millisecond)
-		p.kill(t)
-	}
-	if err := <-workload; err != nil {
-		t.Fatal(err)
-	}
-	// One more kill after the workload, once it streams (it may have
-	// nothing left to apply: idle, it makes no batch), then the drain.
-	p := start(t, h, "run", "--follow")
-	p.waitStreaming(t)
-	p.kill(t)
-	p = start(t, h, "run")
-	if err := p.wait(t); err != nil {
-		t.Fatalf("lakeflow run: %v", err)
-	}
-	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, demoTables...)
-	assertLakeExactlyOnce(t, h.cfg, demoTables...)
 }
 
 // TestKillDuringSnapshot kills lakeflow while the initial snapshot is

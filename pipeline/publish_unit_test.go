@@ -134,17 +134,23 @@ func TestMetricsStartWhereTheWarehouseStands(t *testing.T) {
 	if err := wh.SetFloor(ctx, 4242, 0); err != nil {
 		t.Fatal(err)
 	}
-	fams, err := newMetrics(wh).reg.Gather()
+	if got := gaugeValue(t, newMetrics(wh), "lakeflow_consistent_cdc_seq"); got != 4242 {
+		t.Fatalf("lakeflow_consistent_cdc_seq at start: %v, want 4242", got)
+	}
+}
+
+// gaugeValue is what m's registry reports for the gauge called name, or
+// -1 when it has none.
+func gaugeValue(t *testing.T, m *metrics, name string) float64 {
+	t.Helper()
+	fams, err := m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := -1.0
 	for _, f := range fams {
-		if f.GetName() == "lakeflow_consistent_cdc_seq" {
-			got = f.GetMetric()[0].GetGauge().GetValue()
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetGauge().GetValue()
 		}
 	}
-	if got != 4242 {
-		t.Fatalf("lakeflow_consistent_cdc_seq at start: %v, want 4242", got)
-	}
+	return -1
 }

@@ -262,9 +262,7 @@ func TestColumnsThatChangePlacesStop(t *testing.T) {
 			{`UPDATE t SET m = m + 1 WHERE id = 1`},
 		})
 	}}, h.log)
-	if !errors.Is(err, fault.ErrSchemaBreak) || !strings.Contains(err.Error(), "table public.t: column m now follows n, which it preceded") {
-		t.Fatalf("want a stop naming the columns that changed places, got %v", err)
-	}
+	stopsForANewSlot(t, h, err, "table public.t: column m now follows n, which it preceded")
 }
 
 // TestOnlineRetypeWithoutTheContractStops: add b_new, fill it, drop b and
@@ -350,19 +348,12 @@ func TestReferencesFollowAPendingRename(t *testing.T) {
 	pgtest.Exec(t, h.dsn, `CREATE TABLE p (id int PRIMARY KEY, code int)`, `CREATE TABLE c (id int PRIMARY KEY, pcode int)`,
 		`ALTER TABLE p REPLICA IDENTITY FULL`, `ALTER TABLE c REPLICA IDENTITY FULL`,
 		`INSERT INTO p VALUES (1, 100), (2, 200)`, `INSERT INTO c VALUES (1, 100)`)
-	for name, body := range map[string]string{
+	writeContracts(t, h, map[string]string{
 		"p.toml": "table = \"public.p\"\nkey = [\"id\"]\n[[columns]]\nname = \"id\"\ntype = \"integer\"\n" +
 			"[[columns]]\nname = \"code2\"\ntype = \"integer\"\nrenamed_from = \"code\"\n",
 		"c.toml": "table = \"public.c\"\nkey = [\"id\"]\n[[columns]]\nname = \"id\"\ntype = \"integer\"\n[[columns]]\nname = \"pcode\"\ntype = \"integer\"\n" +
 			"[[rules]]\nname = \"p_exists\"\nreferences = \"public.p\"\non = { pcode = \"code2\" }\n",
-	} {
-		if err := os.MkdirAll(h.cfg.Contracts.Dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(h.cfg.Contracts.Dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	steps := func(steps ...[]string) Options {
 		return Options{Workload: func(ctx context.Context, dsn string) error { return applySteps(ctx, dsn, steps) }}
 	}

@@ -446,12 +446,7 @@ func TestUnchangedToastWithoutFullIdentity(t *testing.T) {
 		t.Errorf("lakeflow.quarantine holds %s, want both changes of id 4, each with the held large value", got)
 	}
 	assertSilverEqualsSourceExcept(t, h.dsn, h.cfg.Warehouse.Path, heldBack(t, h.cfg.Warehouse.Path, "public.m"), "public.m")
-	out := filepath.Join(t.TempDir(), "asof.duckdb")
-	a, err := BuildAsOf(context.Background(), h.cfg, AsOfOptions{Position: "FFFFFFFF/0", Out: out}, h.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Close()
+	_, out := asofAtEnd(t, h)
 	assertSameSilver(t, h.cfg.Warehouse.Path, out, "m")
 	assertSameSilver(t, h.cfg.Warehouse.Path, backfillFromLakeAlone(t, h), "m")
 }
@@ -480,4 +475,67 @@ func TestSlotDroppedByAnOperator(t *testing.T) {
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
 	assertLakeExactlyOnce(t, h.cfg, "public.t")
 	assertSameSilver(t, h.cfg.Warehouse.Path, backfillFromLakeAlone(t, h), "t")
+}
+
+// TestColumnFilledByATableRewrite: a column added with a DEFAULT
+// PostgreSQL evaluates per row fills every existing row without a change
+// event. The run stops (exit 4) before writing anything of the new shape,
+// naming the way on; under a new slot every table is taken again, and
+// silver holds the values PostgreSQL wrote.
+func TestColumnFilledByATableRewrite(t *testing.T) {
+	h := newHarness(t, "public.t")
+	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, v int)`, `ALTER TABLE t REPLICA IDENTITY FULL`,
+		`INSERT INTO t SELECT g, g FROM generate_series(1, 20) g`)
+	h.run(t, Options{})
+	pgtest.Exec(t, h.dsn, `ALTER TABLE t ADD COLUMN r double precision DEFAULT random()`, `UPDATE t SET v = 0 WHERE id = 1`)
+	stopsForANewSlot(t, h, runWatched(t, h.cfg, Options{}, h.log), "rewrote the table")
+}
+
+// stopsForANewSlot checks that err is a schema break that says want and
+// names a new source.slot as the way on, and that a run under one gets
+// past it: silver (of table t) equals the source.
+func stopsForANewSlot(t *testing.T, h *harness, err error, want string) {
+	t.Helper()
+	if !errors.Is(err, fault.ErrSchemaBreak) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "new source.slot") {
+		t.Fatalf("want a stop saying %q, with a new source.slot as the way on, got %v", want, err)
+	}
+	// Under a new slot every row is read again: silver takes them as
+	// they are now.
+	h.cfg.Source.Slot += "_2"
+	h.run(t, Options{})
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
+}
+
+// TestAsOfAfterAPartOfATransaction: a transaction larger than the batch
+// limits is applied in parts; the lake as a stop between two parts
+// leaves it (the last part's files gone) holds it in part. asof at its
+// end answers as of the last batch that ended at a transaction boundary,
+// and says so.
+func TestAsOfAfterAPartOfATransaction(t *testing.T) {
+	h := newHarness(t, "public.t")
+	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, v text)`, `ALTER TABLE t REPLICA IDENTITY FULL`,
+		`INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 10) g`)
+	h.run(t, Options{})
+	h.cfg.Pipeline.BatchBytes = 64 << 10
+	pgtest.Exec(t, h.dsn, `INSERT INTO t SELECT g, repeat('x', 100) FROM generate_series(100, 30100) g`)
+	h.run(t, Options{})
+	if n := queryText(t, h.cfg.Warehouse.Path, "SELECT count(*) FROM lakeflow.batches WHERE NOT consistent"); n == "0" {
+		t.Fatal("the transaction was applied whole: the test proves nothing")
+	}
+	// Applied in parts, it is all there, once.
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
+	assertLakeExactlyOnce(t, h.cfg, "public.t")
+	files := queryText(t, h.cfg.Warehouse.Path, "SELECT string_agg(path, ',') FROM lakeflow.lake_files WHERE batch = (SELECT max(batch) FROM lakeflow.batches)")
+	for _, f := range strings.Split(files, ",") {
+		if err := os.Remove(filepath.Join(h.cfg.Lake.Dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, out := asofAtEnd(t, h)
+	if !a.Split {
+		t.Error("asof does not say the lake's last changes hold part of a transaction")
+	}
+	if n := queryText(t, out, "SELECT count(*) FROM silver.t WHERE NOT _deleted"); n != "10" {
+		t.Errorf("asof holds %s rows of t, want the 10 from before the transaction", n)
+	}
 }

@@ -28,6 +28,9 @@ type Record struct {
 	// Arrived is when it reached Kafka: the consumer closes a batch by
 	// the age of its oldest record.
 	Arrived time.Time
+	// Seq is its event's position (_cdc_seq), 0 if it carries none: the
+	// consumer cuts batches by it.
+	Seq change.LSN
 }
 
 // Batch is what one warehouse transaction applies.
@@ -43,6 +46,10 @@ type Batch struct {
 	// client wrote them to its watermark or state topic): they become
 	// dead letters with the batch's own.
 	Dead []DeadLetter
+	// Bounds are the watermark bounds of the mark the batch ends at that
+	// changed since the last one recorded (Warehouse.Bounds); Positions
+	// names each of their partitions.
+	Bounds map[string]map[int32]int64
 }
 
 // BatchStats describes an applied batch and where its time went.
@@ -139,6 +146,9 @@ func (w *Warehouse) ApplyStaged(ctx context.Context, b Batch, s *Staged) (BatchS
 	}
 	if err != nil {
 		w.removeStaging(ctx, files)
+		if fault.DiskFull(err) {
+			return st, fmt.Errorf("%w: batch: %w (nothing of the batch is kept: free space, then lakeflow run goes on from the last batch that committed)", fault.ErrEnvironment, err)
+		}
 		return st, fmt.Errorf("batch: %w", err)
 	}
 	// Committed: from here a crash is rolled forward by lake.Recover. The
@@ -341,7 +351,7 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, lf *lakeWrite, order
 		return files, err
 	}
 	crash.Point(crash.Staged)
-	if err := w.saveOffsets(ctx, b.Positions); err != nil {
+	if err := w.saveOffsetsBounded(ctx, b.Positions, b.Bounds); err != nil {
 		return files, err
 	}
 	return files, w.recordBatch(ctx, b)

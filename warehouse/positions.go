@@ -137,6 +137,26 @@ func (w *Warehouse) Complete() (change.LSN, error) {
 	return w.complete, nil
 }
 
+// LastWhole is the position of the newest batch whose files the lake
+// holds that ended at a source transaction boundary, and whether the lake
+// holds changes after it: those come from batches that held part of a
+// transaction larger than the batch limits, whose rest the lake may not
+// hold yet (ok is false for a lake whose files name no batch).
+func (w *Warehouse) LastWhole(ctx context.Context) (whole change.LSN, after, ok bool, err error) {
+	bs, err := w.BatchPositions(ctx, 1, 0)
+	if err != nil || len(bs) == 0 {
+		return 0, false, false, err
+	}
+	parts, err := w.allParts()
+	if err != nil {
+		return 0, false, false, err
+	}
+	for _, p := range parts {
+		after = after || p.Span.MaxSeq > bs[0].Seq
+	}
+	return bs[0].Seq, after, true, nil
+}
+
 // PrefixAt returns the end of the longest stretch of the log whose
 // transactions all committed at or before t: the position just before
 // the first transaction (by position) that committed after it. Commit

@@ -54,6 +54,9 @@ type Warehouse struct {
 	// midTransaction says the last batch did not end at a watermark: the
 	// next may hold the rest of a source transaction.
 	midTransaction bool
+	// open is the position of the transaction the batch being applied
+	// applies in part (Batch.Open), 0 if none.
+	open change.LSN
 	// known are tables whose lake holds events after floor from another
 	// era of their Kafka log (ReadingTopic): those events are in
 	// lakeflow_known and are not applied or written again.
@@ -117,6 +120,7 @@ CREATE TABLE IF NOT EXISTS lakeflow.offsets (
 	PRIMARY KEY (topic, "partition")
 );
 ALTER TABLE lakeflow.offsets ADD COLUMN IF NOT EXISTS topic_id VARCHAR;
+ALTER TABLE lakeflow.offsets ADD COLUMN IF NOT EXISTS bound BIGINT;
 CREATE TABLE IF NOT EXISTS lakeflow.lake_files (
 	path         VARCHAR PRIMARY KEY,
 	source_table VARCHAR NOT NULL,
@@ -490,12 +494,17 @@ func (w *Warehouse) Offsets(ctx context.Context, topic string) (TopicPosition, e
 	return pos, rows.Err()
 }
 
-// offsetRows renders positions as lakeflow.offsets rows.
-func offsetRows(positions map[string]TopicPosition) []string {
+// offsetRows renders positions, and the bounds that go with them, as
+// lakeflow.offsets rows.
+func offsetRows(positions map[string]TopicPosition, bounds map[string]map[int32]int64) []string {
 	var rows []string
 	for topic, pos := range positions {
 		for p, off := range pos.Next {
-			rows = append(rows, fmt.Sprintf("(%s, %d, %d, %s, now())", literal(topic), p, off, literal(pos.ID)))
+			bound := "NULL"
+			if b, ok := bounds[topic][p]; ok {
+				bound = itoa(b)
+			}
+			rows = append(rows, fmt.Sprintf("(%s, %d, %d, %s, now(), %s)", literal(topic), p, off, literal(pos.ID), bound))
 		}
 	}
 	return rows
@@ -503,12 +512,43 @@ func offsetRows(positions map[string]TopicPosition) []string {
 
 // saveOffsets records positions; it runs inside the caller's transaction.
 func (w *Warehouse) saveOffsets(ctx context.Context, positions map[string]TopicPosition) error {
-	rows := offsetRows(positions)
+	return w.saveOffsetsBounded(ctx, positions, nil)
+}
+
+// saveOffsetsBounded records positions and, where bounds has one, the
+// watermark bound of a partition (a partition's bound is kept when it has
+// none); it runs inside the caller's transaction.
+func (w *Warehouse) saveOffsetsBounded(ctx context.Context, positions map[string]TopicPosition, bounds map[string]map[int32]int64) error {
+	rows := offsetRows(positions, bounds)
 	if len(rows) == 0 {
 		return nil
 	}
-	_, err := w.conn.ExecContext(ctx, `INSERT OR REPLACE INTO lakeflow.offsets (topic, "partition", next_offset, topic_id, updated_at) VALUES `+strings.Join(rows, ", "))
+	_, err := w.conn.ExecContext(ctx, `INSERT INTO lakeflow.offsets (topic, "partition", next_offset, topic_id, updated_at, bound) VALUES `+strings.Join(rows, ", ")+`
+		ON CONFLICT DO UPDATE SET next_offset = excluded.next_offset, topic_id = excluded.topic_id, updated_at = excluded.updated_at,
+			bound = coalesce(excluded.bound, lakeflow.offsets.bound)`)
 	return err
+}
+
+// Bounds returns, per partition of topic, the watermark bound the last
+// batch that ended at a mark recorded: in a partition, records below it
+// and after its position may wait for a later batch (the consumer
+// restarts its bounds from there).
+func (w *Warehouse) Bounds(ctx context.Context, topic string) (map[int32]int64, error) {
+	rows, err := w.conn.QueryContext(ctx, `SELECT "partition", bound FROM lakeflow.offsets WHERE topic = ? AND bound IS NOT NULL`, topic)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[int32]int64{}
+	for rows.Next() {
+		var p int32
+		var b int64
+		if err := rows.Scan(&p, &b); err != nil {
+			return nil, err
+		}
+		out[p] = b
+	}
+	return out, rows.Err()
 }
 
 // scratch are the TEMP tables every batch fills, emptied at its commit.

@@ -1,6 +1,7 @@
 package change
 
 import (
+	"bytes"
 	"encoding/base64"
 	"fmt"
 	"strconv"
@@ -165,4 +166,34 @@ func appendField(dst []byte, c Column, d Datum) ([]byte, error) {
 		return appendBytesString(dst, d.Text), nil
 	}
 	return out, nil
+}
+
+// seqField is how the envelope names an event's position.
+var seqField = []byte(`"_cdc_seq":`)
+
+// PeekSeq reads a record's _cdc_seq without decoding the envelope: the
+// last field of that name (lakeflow writes it near the end), a number or
+// a string of digits. ok is false for a record that has none.
+func PeekSeq(v []byte) (LSN, bool) {
+	i := bytes.LastIndex(v, seqField)
+	if i < 0 {
+		return 0, false
+	}
+	rest := v[i+len(seqField):]
+	for len(rest) > 0 && (rest[0] == ' ' || rest[0] == '"') {
+		rest = rest[1:]
+	}
+	var n uint64
+	digits := 0
+	for _, c := range rest {
+		if c < '0' || c > '9' {
+			break
+		}
+		if n > (1<<64-1-uint64(c-'0'))/10 {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+		digits++
+	}
+	return LSN(n), digits > 0
 }

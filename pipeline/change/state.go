@@ -33,10 +33,18 @@ type Boundary struct {
 
 // Watermark says that every event with _cdc_seq <= Seq is in Kafka, below
 // the given end offsets. Offsets lists only the partitions written since
-// the previous watermark; the others have not moved.
+// the previous watermark; the others have not moved. The bounds may hold
+// events after Seq too (written before a restart): a batch ending at a
+// watermark takes, in each partition, the events up to Seq.
+//
+// A split mark (Split) says less: every event with _cdc_seq < Seq is
+// below the offsets, while the transaction at Seq, too large for one
+// batch, is still being written: it may be applied in several batches,
+// and nothing after it meanwhile.
 type Watermark struct {
 	Seq     LSN                        `json:"seq"`
 	End     LSN                        `json:"end"`
 	Commit  int64                      `json:"commit_us,omitempty"`
 	Offsets map[string]map[int32]int64 `json:"offsets,omitempty"`
+	Split   bool                       `json:"split,omitempty"`
 }

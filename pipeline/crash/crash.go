@@ -37,5 +37,10 @@ var Points = []string{SourceAcked, Watermark, Snapshot, Staged, Rules, History, 
 
 // Env names the point to die at, as point or point@n (the n-th time it is
 // reached; the first by default). (Not LAKEFLOW_…: those are config
-// keys, and an unknown one is refused.)
-const Env = "LF_CRASH_AT"
+// keys, and an unknown one is refused.) HoldEnv names, the same way, a
+// point to hold at for Hold instead, saying so on stderr: a test then
+// acts (a SIGINT, say) while the process is there.
+const (
+	Env     = "LF_CRASH_AT"
+	HoldEnv = "LF_HOLD_AT"
+)

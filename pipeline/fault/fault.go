@@ -6,6 +6,7 @@ package fault
 import (
 	"errors"
 	"strings"
+	"syscall"
 )
 
 var (
@@ -31,3 +32,12 @@ var (
 // OneLine folds a message onto one line (DuckDB's span several), as the
 // command line prints errors.
 func OneLine(msg string) string { return strings.Join(strings.Fields(msg), " ") }
+
+// DiskFull says whether err is a write that found its disk full: the
+// system's error, or DuckDB's words for it.
+func DiskFull(err error) bool {
+	if errors.Is(err, syscall.ENOSPC) {
+		return true
+	}
+	return err != nil && (strings.Contains(err.Error(), "No space left on device") || strings.Contains(err.Error(), "out of disk space"))
+}

@@ -105,8 +105,9 @@ func (c *Consumer) Close() { c.cl.Close() }
 // lakeflow signed (Signer); the rest are strays.
 func (c *Consumer) SetSigner(g *Signer) { c.signer = g }
 
-// Signed says whether lakeflow wrote r, a record of a meta topic.
-func (c *Consumer) Signed(r *kgo.Record) bool { return c.signer.Signed(r) }
+// Watermark reads r, a record of the watermark topic: the watermark, or
+// the stray it is.
+func (c *Consumer) Watermark(r *kgo.Record) (change.Watermark, *Stray) { return watermark(c.signer, r) }
 
 // Schemas returns the schema records after pos, the records there that
 // lakeflow did not write, and the position after them; reset reports

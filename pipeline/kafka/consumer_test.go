@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -16,13 +15,9 @@ import (
 // partition and offsets, whether the deletion is seen when the topic is
 // assigned or while it is read.
 func TestConsumerNeverSkipsDeletedRecords(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
+	brokers := fakeBroker(t)
 	ctx := context.Background()
-	cfg := Config{Brokers: cluster.ListenAddrs(), Prefix: "lf", Partitions: 1}
+	cfg := Config{Brokers: brokers, Prefix: "lf", Partitions: 1}
 	const topic = "lf.public.x"
 	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.DefaultProduceTopic(topic))
 	if err != nil {

@@ -56,13 +56,20 @@ type Producer struct {
 	pending []boundary
 	last    change.Boundary // the newest durable boundary
 	// moved are partitions whose end offset the next watermark must
-	// carry, with the lowest watermark position that may carry it.
-	moved   map[*partState]movedTo
+	// carry.
+	moved   map[*partState]int64
 	durable atomic.Uint64
 	failed  atomic.Pointer[error]
+	// open is the position of the transaction being handed over (0:
+	// none), and opened when its first event was (Unix ns): one that
+	// takes long gets a split mark (publishWatermark); split is the last
+	// that got one.
+	open   atomic.Uint64
+	opened atomic.Int64
+	split  change.LSN
 
 	wmMu      sync.Mutex // serializes watermark publishing
-	published change.LSN // Seq of the last watermark produced
+	published change.LSN // Seq of the last watermark produced (guarded by mu)
 	stop      chan struct{}
 	stopped   chan struct{}
 }
@@ -106,11 +113,6 @@ type txnEnd struct {
 	offset int64
 }
 
-type movedTo struct {
-	offset int64
-	minSeq change.LSN
-}
-
 // boundary is the end of a transaction: it is durable once every
 // partition it touched has acknowledged its records.
 type boundary struct {
@@ -140,7 +142,7 @@ func NewProducer(cfg Config, log *slog.Logger) (*Producer, error) {
 		env:    change.Envelope{Name: cfg.Prefix, Database: cfg.Database},
 		hasher: kgo.StickyKeyPartitioner(nil).ForTopic(""),
 		topics: map[string]*topicState{},
-		moved:  map[*partState]movedTo{},
+		moved:  map[*partState]int64{},
 		stop:   make(chan struct{}), stopped: make(chan struct{}),
 	}
 	go p.watermarks()
@@ -221,6 +223,15 @@ func (p *Producer) Event(ctx context.Context, ev *change.Event) error {
 	if err := p.err(); err != nil {
 		return err
 	}
+	// The newest position handed over: a snapshot's truncates come a
+	// position before its rows, table after table, and a split mark
+	// must not name one a batch has gone past.
+	if open := p.open.Load(); open == 0 {
+		p.opened.Store(time.Now().UnixNano())
+		p.open.Store(uint64(ev.Pos.Seq))
+	} else if uint64(ev.Pos.Seq) > open {
+		p.open.Store(uint64(ev.Pos.Seq))
+	}
 	ts, err := p.topic(ctx, ev.Table)
 	if err != nil {
 		return err
@@ -270,6 +281,8 @@ func (p *Producer) partitionOf(key []byte, n int) int {
 
 // EndTxn closes a transaction boundary.
 func (p *Producer) EndTxn(b change.Boundary) {
+	p.open.Store(0)
+	p.opened.Store(0)
 	nb := boundary{Boundary: b, marks: make([]mark, len(p.touched))}
 	for i, part := range p.touched {
 		nb.marks[i] = mark{part: part, end: part.expectEnd()}
@@ -301,7 +314,7 @@ func (p *Producer) Durable() change.LSN {
 		}
 		for _, m := range b.marks {
 			m.part.mu.Lock()
-			p.moved[m.part] = movedTo{offset: m.end.offset, minSeq: b.Seq}
+			p.moved[m.part] = m.end.offset
 			m.part.mu.Unlock()
 		}
 		p.last = b.Boundary
@@ -350,36 +363,41 @@ func (p *Producer) watermarks() {
 }
 
 // publishWatermark produces a watermark for the newest durable boundary
-// if it is new. A partition opened after a restart may already hold
-// events of transactions the stream has not reached again: no watermark
-// is published until the stream has passed the newest of them.
+// if it is new, or, while a large transaction is being handed over and
+// everything before it is durable, a split mark for it (Watermark.Split):
+// the consumer may then apply the transaction in parts, never anything
+// after it. A partition opened after a restart may hold events of
+// transactions the stream has not reached again, beyond the position of
+// the watermark whose bounds take it in: the consumer cuts batches by
+// position, not by bound alone.
 func (p *Producer) publishWatermark() error {
 	p.wmMu.Lock()
 	defer p.wmMu.Unlock()
 	p.Durable()
 	p.mu.Lock()
 	b := p.last
-	w := change.Watermark{Seq: b.Seq, End: b.End, Commit: b.Commit, Offsets: map[string]map[int32]int64{}}
-	for _, m := range p.moved {
-		if m.minSeq > b.Seq {
-			// A partition holds events past b that were written before a
-			// restart, and may lack some before it that the replay has not
-			// reached: no watermark is true until the stream passes them.
-			p.mu.Unlock()
-			return nil
-		}
+	var w change.Watermark
+	open := change.LSN(p.open.Load())
+	switch {
+	case b.Seq != 0 && (b.Seq > p.published || len(p.moved) > 0):
+		w = change.Watermark{Seq: b.Seq, End: b.End, Commit: b.Commit}
+		p.published = b.Seq
+	case open > b.Seq && open != p.split && time.Since(time.Unix(0, p.opened.Load())) >= splitAfter && len(p.pending) == 0:
+		w = change.Watermark{Seq: open, Split: true}
+		p.split = open
+	default:
+		p.mu.Unlock()
+		return nil
 	}
-	for part, m := range p.moved {
+	w.Offsets = map[string]map[int32]int64{}
+	for part, offset := range p.moved {
 		if w.Offsets[part.topic] == nil {
 			w.Offsets[part.topic] = map[int32]int64{}
 		}
-		w.Offsets[part.topic][part.partition] = m.offset
+		w.Offsets[part.topic][part.partition] = offset
 		delete(p.moved, part)
 	}
 	p.mu.Unlock()
-	if b.Seq == 0 || (b.Seq <= p.published && len(w.Offsets) == 0) {
-		return nil
-	}
 	val, err := json.Marshal(w)
 	if err != nil {
 		return err
@@ -393,9 +411,14 @@ func (p *Producer) publishWatermark() error {
 		}
 		crash.Point(crash.Watermark)
 	})
-	p.published = b.Seq
 	return nil
 }
+
+// splitAfter is how long a transaction is handed over before it gets a
+// split mark: a few watermark ticks, which a transaction of the usual
+// size takes only under a burst (the consumer uses the mark only once it
+// holds batch_bytes).
+const splitAfter = 4 * watermarkInterval
 
 // topic returns the topic state of a table, creating the topic and
 // reading each partition's last position on first use.
@@ -430,9 +453,12 @@ func (p *Producer) topic(ctx context.Context, t *change.Table) (*topicState, err
 				return nil, err
 			}
 		}
-		// What the partition holds now may not be in any watermark yet.
+		// What the partition holds now may not be in any watermark yet
+		// (a restart: it may hold events of transactions the stream has
+		// not reached again; a watermark's bounds are then wider than its
+		// position, which the consumer cuts by position).
 		p.mu.Lock()
-		p.moved[part] = movedTo{offset: e.Offset, minSeq: part.high.Seq}
+		p.moved[part] = e.Offset
 		p.mu.Unlock()
 		ts.parts = append(ts.parts, part)
 	}

@@ -3,7 +3,6 @@ package kafka
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -44,20 +43,12 @@ func loadState(ctx context.Context, brokers []string, cl *kgo.Client, prefix str
 	var last *change.SourceState
 	var strays []Stray
 	for _, r := range recs {
-		var s change.SourceState
-		err := json.Unmarshal(r.value, &s)
-		signer := g
-		if err == nil && signer == nil && s.Key != "" {
-			signer, err = NewSigner(&s)
+		s, signer, stray := stateRecord(g, topic, r)
+		if stray != nil {
+			strays = append(strays, *stray)
+			continue
 		}
-		switch {
-		case err != nil || s.Slot == "":
-			strays = append(strays, r.stray(topic, fmt.Sprintf("not a source state record: %v", err)))
-		case !signer.signed(topic, r.offset, r.key, r.value, r.headers):
-			strays = append(strays, r.stray(topic, "not signed by this pipeline: another client wrote it"))
-		default:
-			last, g = &s, signer
-		}
+		last, g = s, signer
 	}
 	return last, strays, nil
 }
@@ -89,28 +80,14 @@ func ReadSchemas(ctx context.Context, brokers []string, cl *kgo.Client, prefix s
 	out := make([]SchemaRecord, 0, len(recs))
 	var strays []Stray
 	for _, r := range recs {
-		var sr SchemaRecord
-		err := json.Unmarshal(r.value, &sr)
-		switch {
-		case err != nil || sr.Table == nil || sr.Topic == "" || len(sr.Table.Columns) == 0 || string(r.key) != sr.Table.ID():
-			strays = append(strays, r.stray(topic, fmt.Sprintf("not a schema record: %v", err)))
-		case !g.signed(topic, r.offset, r.key, r.value, r.headers):
-			strays = append(strays, r.stray(topic, "not signed by this pipeline: another client wrote it"))
-		default:
-			out = append(out, sr)
+		sr, stray := schemaRecord(g, topic, r)
+		if stray != nil {
+			strays = append(strays, *stray)
+			continue
 		}
+		out = append(out, sr)
 	}
 	return out, strays, next, reset, nil
-}
-
-type metaRecord struct {
-	offset     int64
-	key, value []byte
-	headers    []kgo.RecordHeader
-}
-
-func (r metaRecord) stray(topic, reason string) Stray {
-	return Stray{Topic: topic, Offset: r.offset, Value: r.value, Reason: reason}
 }
 
 // readMeta reads partition 0 of a meta topic from pos to its end. A

@@ -82,14 +82,17 @@ func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, sink Sink, store 
 	defer s.Stats.Snapshot.Store(nil)
 	for i, ct := range s.cfg.Tables {
 		rel, err := cat.relationByName(ctx, ct.Schema, ct.Name)
+		var t *change.Table
+		if err == nil {
+			t, err = cat.table(ctx, rel, rel.snapshotColumns(), nil)
+		}
+		if err != nil && transient(err) {
+			return nil, fmt.Errorf("%w: %v (the next lakeflow run takes the snapshot again)", fault.ErrUnavailable, err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", fault.ErrSource, err)
 		}
-		t, err := cat.table(ctx, rel, rel.snapshotColumns(), nil)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", fault.ErrSource, err)
-		}
-		if err := s.publishSchema(ctx, sink, schemas, t, rel, change.Position{Seq: state.ConsistentPoint}); err != nil {
+		if err := s.publishSchema(ctx, sink, schemas, t, rel, change.Position{Seq: state.ConsistentPoint}, true); err != nil {
 			return nil, err
 		}
 		if redo {
@@ -145,6 +148,9 @@ func (s *Source) copyTable(ctx context.Context, tx pgx.Tx, sink Sink, t *change.
 	})
 	query := fmt.Sprintf("COPY (SELECT %s FROM %s) TO STDOUT", strings.Join(cols, ", "), pgx.Identifier{t.Schema, t.Name}.Sanitize())
 	if _, err := tx.Conn().PgConn().CopyTo(ctx, r, query); err != nil {
+		if transient(err) {
+			return n, fmt.Errorf("%w: snapshot %s: %v (the next lakeflow run takes the snapshot again)", fault.ErrUnavailable, t.ID(), err)
+		}
 		return n, fmt.Errorf("snapshot %s: %w", t.ID(), err)
 	}
 	if err := r.finish(); err != nil {

@@ -248,8 +248,10 @@ func (s *Source) tableNames() []string {
 // publishSchema records t, the schema of rel from position at on, if it is
 // new or evolves the recorded one without changing any value (columns
 // added, types widened), and fails with fault.ErrSchemaBreak otherwise,
-// before any change of the new shape is handed on.
-func (s *Source) publishSchema(ctx context.Context, sink Sink, schemas map[string]*change.Table, t *change.Table, rel *relation, at change.Position) error {
+// before any change of the new shape is handed on. copied says every row
+// of the table is copied as of at (a snapshot): a column added since
+// needs no value for the rows that predate it.
+func (s *Source) publishSchema(ctx context.Context, sink Sink, schemas map[string]*change.Table, t *change.Table, rel *relation, at change.Position, copied bool) error {
 	prev := schemas[t.ID()]
 	if prev != nil && at.Less(prev.Since) {
 		// PostgreSQL re-sends WAL from before the recorded schema took
@@ -271,10 +273,22 @@ func (s *Source) publishSchema(ctx context.Context, sink Sink, schemas map[strin
 	}
 	if prev != nil {
 		stop := func(err error) error {
-			return fmt.Errorf("%w: %v; ingestion stopped at %s before writing any change of that transaction, and the slot stays there, so nothing is lost: after the contract change, lakeflow run goes on from there",
-				fault.ErrSchemaBreak, err, at)
+			next := "after the contract change, lakeflow run goes on from there"
+			if errors.Is(err, ErrUnknownValues) {
+				// No contract can say what PostgreSQL wrote into the
+				// rows: they must be read again.
+				next = "set a new source.slot: lakeflow then takes every table again under it, the rows' new values with them"
+			}
+			return fmt.Errorf("%w: %v; ingestion stopped at %s before writing any change of that transaction, and the slot stays there, so nothing is lost: %s",
+				fault.ErrSchemaBreak, err, at, next)
 		}
 		d, accepted, err := contracts.Judge(s.cfg.Contracts.For(t.Schema, t.Name), prev, t)
+		var refusal *contracts.Refusal
+		if copied && errors.As(err, &refusal) && !slices.ContainsFunc(refusal.Changes, func(c change.BreakingChange) bool { return c.What != "moved" }) {
+			// Columns that changed places cannot be told apart by the
+			// stream; a copy reads every row again.
+			err = nil
+		}
 		if err != nil {
 			return stop(err)
 		}
@@ -288,11 +302,13 @@ func (s *Source) publishSchema(ctx context.Context, sink Sink, schemas map[strin
 		}
 		var added []string
 		for _, c := range d.Added {
-			fill, err := rel.fill(prev, c, at)
-			if err != nil {
-				return stop(err)
+			if !copied {
+				fill, err := rel.fill(prev, c, at)
+				if err != nil {
+					return stop(err)
+				}
+				t.Columns[t.Column(c.Name)].Fill = fill
 			}
-			t.Columns[t.Column(c.Name)].Fill = fill
 			added = append(added, c.Name+" "+c.Type.Name)
 		}
 		s.log.Info("source table evolved", "table", t.ID(), "added", added, "changes", describe(d), "accepted_by_contract", accepted, "lsn", at)

@@ -300,7 +300,7 @@ func (s *Source) relation(ctx context.Context, dec *Decoder, cat *catalog, sink 
 		return fmt.Errorf("%w: table %s is in publication %s but not in source.tables (renamed?); ingestion stopped at %s",
 			fault.ErrSchemaBreak, id, s.cfg.Publication, at)
 	}
-	return s.publishSchema(ctx, sink, schemas, t, r, at)
+	return s.publishSchema(ctx, sink, schemas, t, r, at, false)
 }
 
 // ignore registers a relation whose changes are skipped, described by
