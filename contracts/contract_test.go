@@ -64,3 +64,53 @@ func TestMalformedContractsAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// FuzzContract: any contract file is a contract or an error that starts
+// with the file's name; a contract read has a table, a key among its
+// columns and named rules.
+func FuzzContract(f *testing.F) {
+	demo, err := filepath.Glob("*.toml")
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, p := range demo {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte("table = \"public.t\"\nkey = [\"id\"]\n[[columns]]\nname = \"id\"\ntype = \"integer\"\nnullable = false\n" +
+		"[[rules]]\nname = \"r\"\ncheck = \"id > 0\"\n[[checks]]\nname = \"c\"\nsql = \"SELECT 1\"\n"))
+	ck, err := newChecker()
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer ck.close()
+	path := filepath.Join(f.TempDir(), "t.toml")
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c, err := loadFile(path, ck)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), path) {
+				t.Fatalf("error %q does not name the file", err)
+			}
+			return
+		}
+		if c.Table.Name == "" || len(c.Key) == 0 || len(c.Columns) == 0 {
+			t.Fatalf("contract %+v taken without a table, key or columns", c)
+		}
+		for _, k := range c.Key {
+			if c.Column(k) == nil {
+				t.Fatalf("key %s is not a column of %+v", k, c)
+			}
+		}
+		for _, r := range c.Rules {
+			if r.Name == "" || r.Check == "" && r.References == nil {
+				t.Fatalf("a rule without a name or a condition: %+v", r)
+			}
+		}
+	})
+}

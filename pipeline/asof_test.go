@@ -337,6 +337,54 @@ func TestParsePosition(t *testing.T) {
 	}
 }
 
+// FuzzParsePosition: any text is a position of exactly one form or an
+// error that lists the forms, and a position written back in its form
+// parses to itself.
+func FuzzParsePosition(f *testing.F) {
+	for _, s := range []string{"0/1A2B3C4", "27439044", "batch:42", "lf.public.orders:3:7", "2024-07-01T09:00:00+02:00",
+		"2024-07-01", "2024-07-01 09:00", " 16/0 ", "batch:-1", "a:99999999999:1", "18446744073709551616"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := parsePosition(s)
+		if err != nil {
+			if !errors.Is(err, fault.ErrConfig) || !strings.Contains(err.Error(), PositionForms) {
+				t.Fatalf("parsePosition(%q): %v, want a configuration error listing the forms", s, err)
+			}
+			return
+		}
+		var again string
+		forms := 0
+		if p.isSeq {
+			forms++
+			again = strconv.FormatUint(uint64(p.seq), 10)
+		}
+		if p.batch != 0 {
+			forms++
+			again = fmt.Sprintf("batch:%d", p.batch)
+		}
+		if p.kafka != nil {
+			forms++
+			again = fmt.Sprintf("%s:%d:%d", p.kafka.topic, p.kafka.partition, p.kafka.offset)
+		}
+		if !p.time.IsZero() {
+			forms++
+			again = p.time.Format(time.RFC3339Nano)
+			if y := p.time.Year(); y < 1 || y > 9999 {
+				return // RFC 3339 has no other years to write it back in
+			}
+		}
+		if forms != 1 || p.batch < 0 || (p.kafka != nil && (p.kafka.partition < 0 || p.kafka.offset < 0)) {
+			t.Fatalf("parsePosition(%q) = %+v: not one position", s, p)
+		}
+		q, err := parsePosition(again)
+		if err != nil || q.seq != p.seq || q.batch != p.batch || !q.time.Equal(p.time) || (q.kafka == nil) != (p.kafka == nil) ||
+			(q.kafka != nil && *q.kafka != *p.kafka) {
+			t.Fatalf("parsePosition(%q) = %+v, written back as %q parses to %+v, %v", s, p, again, q, err)
+		}
+	})
+}
+
 // asofAtEnd builds lakeflow asof's warehouse as of the lake's end, and
 // returns it with its path.
 func asofAtEnd(t *testing.T, h *harness) (*AsOf, string) {

@@ -185,16 +185,8 @@ func mutate(rng *rand.Rand, v []byte) []byte {
 // producer writes them, with every edge value a carrier has, and spoiled
 // or respelled ones mixed in.
 func TestFlatDecoderAgreesWithParseSQL(t *testing.T) {
-	f := newFixture(t)
+	f, tb := typedFixture(t)
 	defer f.close()
-	ctx := context.Background()
-	if err := f.wh.ApplySchemas(ctx, []Schema{{typedTopic, typed}}, "lf._schemas", schemaPos(2), nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	tb := f.wh.byTopic[typedTopic]
-	if tb.flat == nil {
-		t.Fatal("typed has no flat decoder")
-	}
 	rng := rand.New(rand.NewPCG(11, 12))
 	var recs []Record
 	for i, v := range typedEnvelopes(rng, 3000) {
@@ -203,6 +195,61 @@ func TestFlatDecoderAgreesWithParseSQL(t *testing.T) {
 		}
 		recs = append(recs, Record{Topic: typedTopic, Offset: int64(i), Value: v})
 	}
+	n := decodersAgree(t, f, tb, recs)
+	if n.flat < len(recs)/3 || n.sql < len(recs)/4 {
+		t.Fatalf("the flat decoder took %d envelopes and refused %d of %d: the test proves little", n.flat, n.sql, len(recs))
+	}
+	if dead := f.count("SELECT count(*) FROM want WHERE dlq_reason IS NOT NULL"); dead < 100 {
+		t.Fatalf("only %d dead letters among the envelopes", dead)
+	}
+}
+
+// FuzzEnvelope: a record on a table topic, whatever it holds, decodes to
+// the same row or dead letter by the flat decoder as by parseSQL, and
+// when the flat decoder takes it, the consumer's quick look at its
+// position (change.PeekSeq) reads the position the decoder does.
+func FuzzEnvelope(f *testing.F) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i, v := range typedEnvelopes(rng, 40) {
+		if i%2 == 1 {
+			v = mutate(rng, v)
+		}
+		f.Add(v)
+	}
+	fx, tb := typedFixture(f)
+	defer fx.close()
+	f.Fuzz(func(t *testing.T, v []byte) {
+		if tb.flat.decode(v) {
+			seq := tb.flat.row[3+2*len(tb.flat.cols)+flatSeq].(uint64)
+			if got, ok := change.PeekSeq(v); !ok || uint64(got) != seq {
+				t.Fatalf("PeekSeq reads %d, %v of an envelope at _cdc_seq %d: %s", got, ok, seq, v)
+			}
+		}
+		decodersAgree(t, fx, tb, []Record{{Topic: typedTopic, Value: v}})
+	})
+}
+
+// typedFixture is a warehouse with the table typed, which has a flat
+// decoder.
+func typedFixture(t testing.TB) (*fixture, *table) {
+	f := newFixture(t)
+	if err := f.wh.ApplySchemas(context.Background(), []Schema{{typedTopic, typed}}, "lf._schemas", schemaPos(2), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	tb := f.wh.byTopic[typedTopic]
+	if tb.flat == nil {
+		t.Fatal("typed has no flat decoder")
+	}
+	return f, tb
+}
+
+// decodersAgree decodes recs of tb's topic as a batch does, once by
+// parseSQL alone (into the temp table want) and once with the flat
+// decoder (got), and fails t where the rows, their types or the dead
+// letters differ. It returns the flat decoding's counts.
+func decodersAgree(t testing.TB, f *fixture, tb *table, recs []Record) staged {
+	t.Helper()
+	ctx := context.Background()
 	decode := func(name string) staged {
 		t.Helper()
 		s, err := f.wh.Stage(ctx, recs)
@@ -223,9 +270,6 @@ func TestFlatDecoderAgreesWithParseSQL(t *testing.T) {
 	decode("want")
 	tb.flat = flat
 	n := decode("got")
-	if n.flat < len(recs)/3 || n.sql < len(recs)/4 {
-		t.Fatalf("the flat decoder took %d envelopes and refused %d of %d: the test proves little", n.flat, n.sql, len(recs))
-	}
 	types := "SELECT string_agg(column_name || ' ' || data_type, ', ' ORDER BY column_index) FROM duckdb_columns() WHERE table_name = ?"
 	var wantTypes, gotTypes string
 	if err := f.wh.conn.QueryRowContext(ctx, types, "want").Scan(&wantTypes); err != nil {
@@ -236,9 +280,6 @@ func TestFlatDecoderAgreesWithParseSQL(t *testing.T) {
 	}
 	if gotTypes != wantTypes {
 		t.Fatalf("rows table types\n got %s\nwant %s", gotTypes, wantTypes)
-	}
-	if dead := f.count("SELECT count(*) FROM want WHERE dlq_reason IS NOT NULL"); dead < 100 {
-		t.Fatalf("only %d dead letters among the envelopes", dead)
 	}
 	// Rows compare as text, where -0.0 is not 0.0.
 	rows, err := f.wh.conn.QueryContext(ctx, `WITH g AS (SELECT kafka_offset, CAST(got AS VARCHAR) AS v FROM got),
@@ -263,6 +304,7 @@ func TestFlatDecoderAgreesWithParseSQL(t *testing.T) {
 	if len(diff) > 0 {
 		t.Fatalf("the two decodings differ:\n%s", strings.Join(diff, "\n"))
 	}
+	return n
 }
 
 // BenchmarkDecode decodes about 20,000 envelopes of typed, those a flat
@@ -271,13 +313,9 @@ func TestFlatDecoderAgreesWithParseSQL(t *testing.T) {
 func BenchmarkDecode(b *testing.B) {
 	for _, flat := range []bool{false, true} {
 		b.Run("flat="+strconv.FormatBool(flat), func(b *testing.B) {
-			f := newFixture(b)
+			f, tb := typedFixture(b)
 			defer f.close()
 			ctx := context.Background()
-			if err := f.wh.ApplySchemas(ctx, []Schema{{typedTopic, typed}}, "lf._schemas", schemaPos(2), nil, nil); err != nil {
-				b.Fatal(err)
-			}
-			tb := f.wh.byTopic[typedTopic]
 			var recs []Record
 			for _, v := range typedEnvelopes(rand.New(rand.NewPCG(1, 2)), 28000) {
 				if tb.flat.decode(v) { // values as most tables hold, not edges
