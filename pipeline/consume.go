@@ -635,6 +635,9 @@ func (c *consumer) apply(ctx context.Context, m *mark) error {
 		return err
 	}
 	batch := warehouse.Batch{Positions: map[string]warehouse.TopicPosition{}}
+	if m == nil || m.w.Split {
+		batch.Open = c.splitting
+	}
 	var rest []warehouse.Record
 	batch.Records, rest = c.take(m)
 	for _, r := range batch.Records {

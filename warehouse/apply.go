@@ -42,6 +42,10 @@ type Batch struct {
 	// Watermark is set when the batch ends exactly at it: silver is then
 	// the source as of Watermark.Seq, with no transaction in part.
 	Watermark *change.Watermark
+	// Open is the position of the transaction the batch applies in part
+	// (a split mark's), 0 if none: its changes that fail an existence
+	// rule are deferred to the batches after it (deferred.go).
+	Open change.LSN
 	// Dead are records the batch read that are not lakeflow's (another
 	// client wrote them to its watermark or state topic): they become
 	// dead letters with the batch's own.
@@ -339,8 +343,14 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, lf *lakeWrite, order
 	if err != nil {
 		return files, fmt.Errorf("write lake files of dead letters: %w", err)
 	}
+	if order, err = w.redeem(ctx, order, rows); err != nil {
+		return files, fmt.Errorf("judge the deferred changes again: %w", err)
+	}
 	st.Decode += since()
-	if err := w.applyRows(ctx, order, rows, st, since); err != nil {
+	w.open = b.Open
+	err = w.applyRows(ctx, order, rows, st, since)
+	w.open = 0
+	if err != nil {
 		return files, err
 	}
 	written, err := lf.wait()

@@ -113,7 +113,7 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 			rows := map[*table]rowsInfo{}
 			var touched []*table
 			for _, t := range order {
-				n, info, err := w.loadRows(ctx, t, files[t], renames[t.schema.ID()], scope.Upto.where(lo, hi))
+				n, info, err := w.loadRows(ctx, t, files[t], renames[t.schema.ID()], scope.Upto.where(lo, hi), replayOffsets)
 				if err != nil {
 					return fmt.Errorf("read the lake of %s: %w", t.schema.ID(), err)
 				}
@@ -232,7 +232,7 @@ func (w *Warehouse) renameChains(ctx context.Context) (map[string]map[string][]s
 // key (a before image whose other columns are all NULL: the lake keeps no
 // flag, and for a full image the key-only apply gives the same row) and
 // how many truncates.
-func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, renames map[string][]string, where string) (int, rowsInfo, error) {
+func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, renames map[string][]string, where, offsets string) (int, rowsInfo, error) {
 	byFile, err := w.namesByFile(ctx, t.schema, files)
 	if err != nil {
 		return 0, rowsInfo{}, err
@@ -321,14 +321,11 @@ func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, rena
 		unchanged = "unchanged"
 	}
 	_, err = w.conn.ExecContext(ctx, fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE %s AS
-SELECT op, coalesce(%s, %s) AS after, _cdc_seq, _cdc_ord, _commit_ts, kafka_partition, row_number() OVER () AS kafka_offset, %s AS unchanged
-FROM %s WHERE %s`, rowsTable(t.id), image("after"), image("before"), unchanged, src, where))
+SELECT op, coalesce(%s, %s) AS after, _cdc_seq, _cdc_ord, _commit_ts, kafka_partition, %s AS kafka_offset, %s AS unchanged
+FROM %s WHERE %s`, rowsTable(t.id), image("after"), image("before"), offsets, unchanged, src, where))
 	if err != nil {
 		return 0, rowsInfo{}, err
 	}
-	// (The rules tell changes apart by partition and offset; a lake that
-	// spans a reset Kafka log holds two events at one offset, so the
-	// replay numbers its events instead.)
 	var nonKey []string
 	for _, c := range t.schema.Columns {
 		if !c.Key {
@@ -346,6 +343,13 @@ FROM %s WHERE %s`, rowsTable(t.id), image("after"), image("before"), unchanged, 
 	info.keyOnly = ko > 0
 	return n, info, err
 }
+
+// replayOffsets numbers a replay's events for its rules, which tell
+// changes apart by partition and offset: a lake that spans a reset Kafka
+// log holds two events at one offset. (A batch that reads back the
+// changes deferred before it keeps their offsets, which lakeflow.deferred
+// names.)
+const replayOffsets = "row_number() OVER ()"
 
 // sameImages reports whether the images of a lake relation have the
 // type the current schema of t gives them.

@@ -178,7 +178,8 @@ func (w *Warehouse) applyRules(ctx context.Context, order []*table, rows map[*ta
 				return fmt.Errorf("check rule %s: %w", r.Name, err)
 			}
 		}
-		return nil
+		// Before the tables that reference t read what it holds back.
+		return w.deferOpen(ctx, t)
 	}
 	for _, t := range judged {
 		if touched[t] {
@@ -199,7 +200,7 @@ func (w *Warehouse) quarantine(ctx context.Context, judged []*table) (quarantine
 	type tally struct{ held, warned, failed int }
 	counts := map[int]tally{}
 	rows, err := w.conn.QueryContext(ctx, `SELECT tbl, count(*) FILTER (held), count(*) FILTER (NOT held), count(*) FILTER (failed)
-		FROM (SELECT tbl, bool_or(action = 'quarantine') AS held, bool_or(action = 'fail') AS failed FROM lakeflow_failures GROUP BY tbl, kafka_partition, kafka_offset)
+		FROM (SELECT tbl, bool_or(action = 'quarantine') AS held, bool_or(action = 'fail') AS failed FROM lakeflow_failures WHERE action <> 'defer' GROUP BY tbl, kafka_partition, kafka_offset)
 		GROUP BY tbl`)
 	if err != nil {
 		return 0, 0, err
@@ -221,6 +222,15 @@ func (w *Warehouse) quarantine(ctx context.Context, judged []*table) (quarantine
 		return 0, 0, err
 	}
 	for _, t := range judged {
+		if w.open != 0 {
+			n, err := w.recordDeferred(ctx, t)
+			if err != nil {
+				return 0, 0, fmt.Errorf("record the deferred changes of %s: %w", t.schema.ID(), err)
+			}
+			if n > 0 {
+				w.log.Debug("changes of a transaction applied in parts deferred for an existence rule", "table", t.schema.ID(), "changes", n)
+			}
+		}
 		c := counts[t.id]
 		quarantined += c.held
 		warned += c.warned
@@ -275,19 +285,20 @@ func (w *Warehouse) stopOnFail(ctx context.Context, judged []*table, failed func
 }
 
 // withoutHeldBack is a join that leaves out the changes of table tbl,
-// aliased r, that failed a quarantine rule: they stay out of silver.
-// (Deleting them from the rows table instead costs more at commit.)
+// aliased r, that failed a quarantine rule or were deferred: they stay
+// out of silver. (Deleting them from the rows table instead costs more
+// at commit.)
 func withoutHeldBack(tbl int, r string) string {
-	return fmt.Sprintf(` ANTI JOIN (SELECT kafka_partition, kafka_offset FROM lakeflow_failures WHERE tbl = %d AND action = 'quarantine') lakeflow_held
+	return fmt.Sprintf(` ANTI JOIN (SELECT kafka_partition, kafka_offset FROM lakeflow_failures WHERE tbl = %d AND action IN ('quarantine', 'defer')) lakeflow_held
 		ON lakeflow_held.kafka_partition = %s.kafka_partition AND lakeflow_held.kafka_offset = %s.kafka_offset`, tbl, r, r)
 }
 
 // failingChanges is the batch's failing changes of table tbl, one row each with
-// every rule it failed.
+// every rule it failed (not those deferred).
 func failingChanges(tbl int) string {
 	return fmt.Sprintf(`(SELECT kafka_partition, kafka_offset, list(DISTINCT rule ORDER BY rule) AS rules, bool_or(action = 'quarantine') AS held,
 		list(DISTINCT rule ORDER BY rule) FILTER (action = 'fail') AS fail
-		FROM lakeflow_failures WHERE tbl = %d GROUP BY kafka_partition, kafka_offset)`, tbl)
+		FROM lakeflow_failures WHERE tbl = %d AND action <> 'defer' GROUP BY kafka_partition, kafka_offset)`, tbl)
 }
 
 // keyJSON is the key of alias r's row image, as JSON.

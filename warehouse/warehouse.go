@@ -338,6 +338,7 @@ func (w *Warehouse) init(ctx context.Context, memoryLimit int64, threads int) er
 		bootstrap,
 		deadLetterTables,
 		quarantineTable,
+		deferredTable,
 		goldTables,
 		"CREATE OR REPLACE TEMP TABLE lakeflow_known (tbl INTEGER, seq UBIGINT, ord UINTEGER)",
 	}) {
