@@ -78,6 +78,9 @@ type Result struct {
 	// the same warehouse.
 	Freshness     FreshnessResult `json:"freshness_steady"`
 	FreshnessSync FreshnessResult `json:"freshness_steady_sync_commit"`
+	// Idle is run --follow on the same warehouse with nothing to
+	// capture, for -idle (10 minutes by default).
+	Idle IdleResult `json:"idle"`
 	// Replay is lakeflow run into a fresh warehouse of the profiled run's
 	// data directory: the source has nothing new; Kafka holds every
 	// record, read from the start (the lake is not written again).
@@ -160,6 +163,7 @@ func main() {
 	profile := flag.String("profile", "", "also keep the profiled run's CPU and heap profiles in this directory")
 	bin := flag.String("bin", "", "measure this lakeflow binary instead of building the working tree's")
 	freshness := flag.String("freshness", "", "instead: the freshness measurement alone, on a working directory an earlier run kept (-keep); it grows by the load each time")
+	idleFor := flag.Duration("idle", 10*time.Minute, "how long to measure run --follow with nothing to capture (0: not at all; -quick: not unless given)")
 	flag.Parse()
 	if *freshness != "" {
 		if err := freshnessOnly(*freshness, *bin); err != nil {
@@ -182,8 +186,13 @@ func main() {
 		if !given {
 			*out = ""
 		}
+		idled := false
+		flag.Visit(func(f *flag.Flag) { idled = idled || f.Name == "idle" })
+		if !idled {
+			*idleFor = 0
+		}
 	}
-	if err := run(*events, *out, *keep, *quick, *profile, *bin); err != nil {
+	if err := run(*events, *out, *keep, *quick, *profile, *bin, *idleFor); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -210,7 +219,7 @@ func measurePublishing(sizes string) error {
 	return nil
 }
 
-func run(events int, out string, keep, quick bool, profileDir, bin string) error {
+func run(events int, out string, keep, quick bool, profileDir, bin string, idleFor time.Duration) error {
 	ctx := context.Background()
 	work, err := os.MkdirTemp("", "lakeflow-bench-")
 	if err != nil {
@@ -428,8 +437,15 @@ func run(events int, out string, keep, quick bool, profileDir, bin string) error
 			res.CheckSeconds, res.CheckExit = secs, cmd.ProcessState.ExitCode()
 		}
 	}
-	if res.Freshness, res.FreshnessSync, err = freshness(ctx, bin, cfgFiles[profiled-1], filepath.Join(work, fmt.Sprintf("data-%d", profiled-1), "lake"), dsn); err != nil {
+	lakeDir := filepath.Join(work, fmt.Sprintf("data-%d", profiled-1), "lake")
+	if res.Freshness, res.FreshnessSync, err = freshness(ctx, bin, cfgFiles[profiled-1], lakeDir, dsn); err != nil {
 		return err
+	}
+	if idleFor > 0 {
+		step("lakeflow run --follow with nothing to capture for %s", idleFor)
+		if res.Idle, err = idle(ctx, bin, cfgFiles[profiled-1], lakeDir, dsn, fmt.Sprintf("bench_%d", profiled-1), idleFor); err != nil {
+			return err
+		}
 	}
 	line := func(name string, r RunResult) {
 		fmt.Printf("  %-22s %.2f s  = %.0f events/s  (%.0f%% of pg_recvlogical; %d lake files, %d quarantined)\n"+
@@ -470,6 +486,10 @@ func run(events int, out string, keep, quick bool, profileDir, bin string) error
 			f.Rate, f.how, f.SilverP50, f.SilverP99, f.PublishedP50, f.PublishedP99, f.Changes, f.Batches, f.CPUSeconds)
 		fmt.Printf("    during the load the machine's %d cores were %.0f%% busy: lakeflow %.2f cores, the rest (PostgreSQL, the load, the bench) %.2f\n",
 			f.Cores, 100*f.MachineBusy, f.LakeflowCores, f.OtherCores)
+	}
+	if i := res.Idle; i.Seconds > 0 {
+		fmt.Printf("  idle, --follow for %.0f s with nothing to capture: %.2f s CPU, %.1f MB written, %d batches, %d copies, %d lake files; the slot advanced %d bytes\n",
+			i.Seconds, i.CPUSeconds, float64(i.WrittenBytes)/1e6, i.Batches, i.Published, i.LakeFiles, i.SlotAdvancedBytes)
 	}
 	data, _ := json.MarshalIndent(res, "", "  ")
 	if keep {
