@@ -378,14 +378,16 @@ func deadStray(s kafka.Stray) warehouse.DeadLetter {
 // transaction a split mark names is applied in part, and nothing after
 // it. A batch grows past batch_events to end at a transaction boundary.
 func (c *consumer) step(ctx context.Context, target map[string]map[int32]int64) error {
+	// A split mark of a transaction silver holds (read again after a
+	// restart) is none, nor is one before the transaction being split
+	// (records past it may have been applied): forgotten, they hold up
+	// nothing, not even the end of a drain.
+	c.marks = slices.DeleteFunc(c.marks, func(m mark) bool { return m.w.Split && (m.w.Seq <= c.seq || m.w.Seq < c.splitting) })
 	k, split := c.ready()
 	hard := c.bytes >= c.cfg.BatchBytes
-	if hard && split > k && c.marks[split].w.Seq > c.seq {
+	if hard && split > k {
 		m := c.marks[split]
-		// A split mark never takes splitting back (records past the
-		// one it had may have been applied), and one of a
-		// transaction silver holds (re-read after a restart) is none.
-		c.splitting, c.splitDone = max(c.splitting, m.w.Seq), false
+		c.splitting, c.splitDone = m.w.Seq, false
 		return c.apply(ctx, &m)
 	}
 	if k < 0 {

@@ -458,3 +458,16 @@ func TestResentBoundariesMoveNothingBack(t *testing.T) {
 		t.Errorf("%d batches recorded a position behind the one before", back)
 	}
 }
+
+// TestStaleSplitMarksHoldUpNothing: a split mark of a transaction silver
+// holds, read again after a restart, comes after the last watermark; a
+// drain ends only once the consumer holds no mark, so it must not stay.
+func TestStaleSplitMarksHoldUpNothing(t *testing.T) {
+	c := &consumer{cfg: config.Pipeline{BatchBytes: 1 << 20}, seq: 200, marks: []mark{{w: change.Watermark{Seq: 100, Split: true}, offset: 5}}}
+	if err := c.step(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.marks) != 0 {
+		t.Fatalf("the consumer still holds %d marks, among them a split mark of a transaction silver holds", len(c.marks))
+	}
+}
