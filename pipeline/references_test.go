@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lakeflow/lakeflow/pipeline/demo"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
@@ -102,30 +103,40 @@ func TestReferenceChainsHoldBack(t *testing.T) {
 
 // TestSplitTransactionsJudgeReferencesAtCommit: a snapshot larger than
 // batch_bytes is applied in parts, and a part holds children whose
-// parent is in a later part (the snapshot copies the child table first);
-// so may a large transaction that writes its children first. Existence
-// rules are judged as the transaction commits: nothing is quarantined,
-// silver equals the source, and nothing stays deferred.
+// parent is in a later part (the snapshot copies the child table first,
+// and a lock holds the copy of the parent until a part has committed).
+// Existence rules are judged as the transaction commits: nothing is
+// quarantined, silver equals the source, and nothing stays deferred.
 func TestSplitTransactionsJudgeReferencesAtCommit(t *testing.T) {
 	h := newHarness(t, "public.c", "public.p")
 	pgtest.Exec(t, h.dsn, `CREATE TABLE p (id int PRIMARY KEY, pad text)`, `CREATE TABLE c (id int PRIMARY KEY, pid int, pad text)`,
 		`ALTER TABLE p REPLICA IDENTITY FULL`, `ALTER TABLE c REPLICA IDENTITY FULL`,
-		`INSERT INTO c SELECT g, g, repeat('x', 200) FROM generate_series(1, 15000) g`,
-		`INSERT INTO p SELECT g, repeat('y', 200) FROM generate_series(1, 15000) g`)
+		`INSERT INTO c SELECT g, g, repeat('x', 200) FROM generate_series(1, 40000) g`,
+		`INSERT INTO p SELECT g, repeat('y', 200) FROM generate_series(1, 40000) g`)
 	writeContracts(t, h, map[string]string{
 		"p.toml": "table = \"public.p\"\nkey = [\"id\"]\n[[columns]]\nname = \"id\"\ntype = \"integer\"\n[[columns]]\nname = \"pad\"\ntype = \"text\"\n",
 		"c.toml": "table = \"public.c\"\nkey = [\"id\"]\n[[columns]]\nname = \"id\"\ntype = \"integer\"\n[[columns]]\nname = \"pid\"\ntype = \"integer\"\n" +
 			"[[columns]]\nname = \"pad\"\ntype = \"text\"\n[[rules]]\nname = \"p_exists\"\nreferences = \"public.p\"\non = { pid = \"id\" }\n",
 	})
 	t.Setenv("LAKEFLOW_PIPELINE_BATCH_BYTES", "256KiB")
-	h.run(t, Options{Workload: func(ctx context.Context, dsn string) error {
-		return applySteps(ctx, dsn, [][]string{{
-			`INSERT INTO c SELECT g, g, repeat('x', 200) FROM generate_series(20001, 35000) g`,
-			`SELECT pg_sleep(0.5)`,
-			`INSERT INTO p SELECT g, repeat('y', 200) FROM generate_series(20001, 35000) g`}})
-	}})
-	if parts := queryText(t, h.cfg.Warehouse.Path, "SELECT count(*) FROM lakeflow.batches WHERE NOT consistent AND events > 0"); parts == "0" {
-		t.Fatal("no batch applied a transaction in part: the test proves nothing")
+	ctx := context.Background()
+	run := start(t, h, "run")
+	for !strings.Contains(h.logs.String(), "initial snapshot started") {
+		time.Sleep(2 * time.Millisecond) // the lock must come before the copy of p
+	}
+	tx, err := pgtest.Connect(t, h.dsn).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE p IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a batch holding part of the snapshot", func() bool { return strings.Contains(h.logs.String(), "consistent=false") })
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := run.wait(t); err != nil {
+		t.Fatalf("lakeflow run: %v", err)
 	}
 	if got := quarantined(t, h); len(got) > 0 {
 		t.Fatalf("quarantined %d changes, want none; the first: %s", len(got), got[0])
