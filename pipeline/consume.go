@@ -83,6 +83,7 @@ type consumer struct {
 	// has more of it to bring, so none need wait for the others.
 	splitting change.LSN
 	splitDone bool
+	cut       map[kafka.TopicPartition]bool // splitHeld's
 	// last is, per table partition, the position of the newest record
 	// fetched (partitions hold their events in position order).
 	last map[kafka.TopicPartition]change.LSN
@@ -390,15 +391,15 @@ func (c *consumer) step(ctx context.Context, target map[string]map[int32]int64) 
 		c.splitting, c.splitDone = m.w.Seq, false
 		return c.apply(ctx, &m)
 	}
+	if c.splitting != 0 && !c.splitDone && !c.splitHeld() {
+		// Nothing held is of the transaction (one a kill abandoned
+		// never ends, or its last part is applied): what is held waits
+		// for a watermark, which no paused partition may hold up (pace).
+		c.splitDone = true
+	}
 	if k < 0 {
 		if hard && c.splitting != 0 && !c.splitDone {
-			if in, _ := c.take(nil); len(in) > 0 {
-				return c.apply(ctx, nil)
-			}
-			// Nothing held is of the transaction (one a kill abandoned
-			// never ends): what is held waits for a watermark, which no
-			// paused partition may hold up (pace).
-			c.splitDone = true
+			return c.apply(ctx, nil)
 		}
 		return nil
 	}
@@ -471,9 +472,30 @@ func (c *consumer) take(m *mark) (in, rest []warehouse.Record) {
 // apply, needs no batch: none when it ends a transaction applied in parts
 // (its batch, empty, says silver is consistent again) or the records of
 // the watermark topic before it hold strays (its batch keeps them as dead
-// letters).
+// letters). One behind the transaction being split (the source says
+// again where it stands, for a partition it opened meanwhile) ends
+// nothing.
 func (c *consumer) idles(m *mark) bool {
-	return c.splitting == 0 && !slices.ContainsFunc(c.strays, func(d warehouse.DeadLetter) bool { return d.Offset <= m.offset })
+	return (c.splitting == 0 || m.w.Seq < c.splitting) &&
+		!slices.ContainsFunc(c.strays, func(d warehouse.DeadLetter) bool { return d.Offset <= m.offset })
+}
+
+// splitHeld says whether a record held is of the transaction being split
+// (take(nil) would take it).
+func (c *consumer) splitHeld() bool {
+	if c.cut == nil {
+		c.cut = map[kafka.TopicPartition]bool{}
+	}
+	clear(c.cut)
+	for _, r := range c.pending {
+		tp := kafka.TopicPartition{Topic: r.Topic, Partition: r.Partition}
+		if r.Seq > c.splitting {
+			c.cut[tp] = true
+		} else if !c.cut[tp] {
+			return true
+		}
+	}
+	return false
 }
 
 // idle takes a watermark up to which there is nothing to apply: the
@@ -491,7 +513,16 @@ func (c *consumer) idle(m *mark) {
 			c.idleEnd = max(c.idleEnd, m.w.End)
 		}
 	}
-	c.dropMarks(m.offset)
+	// A split mark after it, of a transaction it does not reach, is
+	// still to come into use.
+	k := 0
+	for _, o := range c.marks {
+		if o.offset > m.offset || (o.w.Split && o.w.Seq > m.w.Seq) {
+			c.marks[k] = o
+			k++
+		}
+	}
+	c.marks = c.marks[:k]
 }
 
 // pace pauses fetching from partitions that hold everything the next
@@ -637,7 +668,10 @@ func (c *consumer) apply(ctx context.Context, m *mark) error {
 		return err
 	}
 	batch := warehouse.Batch{Positions: map[string]warehouse.TopicPosition{}}
-	if m == nil || m.w.Split {
+	// A batch ends consistent at a watermark, unless that is behind the
+	// transaction being split (its batch keeps strays, nothing else).
+	consistent := m != nil && !m.w.Split && m.w.Seq >= c.splitting
+	if !consistent {
 		batch.Open = c.splitting
 	}
 	var rest []warehouse.Record
@@ -684,7 +718,7 @@ func (c *consumer) apply(ctx context.Context, m *mark) error {
 				}
 			}
 		}
-		if !m.w.Split {
+		if consistent {
 			// A copy: the batch is applied after its mark has left
 			// c.marks, whose array dropMarks reuses.
 			w := m.w

@@ -471,3 +471,19 @@ func TestStaleSplitMarksHoldUpNothing(t *testing.T) {
 		t.Fatalf("the consumer still holds %d marks, among them a split mark of a transaction silver holds", len(c.marks))
 	}
 }
+
+// TestAWatermarkBehindTheSplitEndsNothing: while a transaction at 300 is
+// applied in parts, the source says again where it stood before it (at
+// 200: a partition it opened meanwhile needs a bound). That watermark
+// makes no batch, which would claim silver consistent in the middle of
+// the transaction, and a split mark after it stays for its parts.
+func TestAWatermarkBehindTheSplitEndsNothing(t *testing.T) {
+	c := &consumer{seq: 100, splitting: 300, marks: []mark{{w: change.Watermark{Seq: 300, Split: true}, offset: 5}, {w: change.Watermark{Seq: 200}, offset: 6}}}
+	if !c.idles(&c.marks[1]) {
+		t.Fatal("a watermark behind the transaction being split would make a batch")
+	}
+	c.idle(&c.marks[1])
+	if len(c.marks) != 1 || !c.marks[0].w.Split || c.seq != 200 {
+		t.Fatalf("after the watermark: marks %+v, seq %d; want the split mark kept and seq 200", c.marks, c.seq)
+	}
+}
