@@ -343,14 +343,16 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, lf *lakeWrite, order
 	if err != nil {
 		return files, fmt.Errorf("write lake files of dead letters: %w", err)
 	}
-	if order, err = w.redeem(ctx, order, rows); err != nil {
-		return files, fmt.Errorf("judge the deferred changes again: %w", err)
+	if b.Watermark != nil {
+		if order, err = w.redeem(ctx, order, rows); err != nil {
+			return files, fmt.Errorf("judge the deferred changes again: %w", err)
+		}
 	}
 	st.Decode += since()
+	open := w.open
 	w.open = b.Open
-	err = w.applyRows(ctx, order, rows, st, since)
-	w.open = 0
-	if err != nil {
+	if err = w.applyRows(ctx, order, rows, st, since); err != nil {
+		w.open = open
 		return files, err
 	}
 	written, err := lf.wait()

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/lakeflow/lakeflow/pipeline/change"
 )
 
 // A transaction too large for one batch is applied in parts (a split
@@ -14,27 +16,26 @@ import (
 // foreign key is, when the transaction commits; so a change of the open
 // transaction that fails one in a part is deferred, not quarantined: held
 // back, and named in lakeflow.deferred, inside the part's transaction.
-// The next batch reads the deferred changes back from the lake (they are
-// there, as every event is) and judges them again with its own; the batch
-// that ends the transaction judges them for good.
+// The batch that ends the transaction reads them back from the lake (they
+// are there, as every event is) and judges them for good with its own:
+// once, whatever the number of parts. A backfill of a warehouse that
+// stopped between parts defers them as the stream did (OpenTransaction).
+//
+// A change that passes in a part is not judged again: one whose parent a
+// later part of the same transaction deletes stays applied, where a batch
+// holding the whole transaction would hold it back.
 
 const deferredTable = `
 CREATE TABLE IF NOT EXISTS lakeflow.deferred (
-	source_table    VARCHAR NOT NULL,
-	_cdc_seq        UBIGINT NOT NULL,
-	_cdc_ord        UINTEGER NOT NULL,
-	kafka_partition INTEGER NOT NULL,
-	kafka_offset    BIGINT NOT NULL
+	source_table VARCHAR NOT NULL,
+	_cdc_seq     UBIGINT NOT NULL,
+	_cdc_ord     UINTEGER NOT NULL
 );`
 
-// deferredKey is the value that tells a deferred change apart, over
-// columns of alias r ("" for none) or of lakeflow.deferred.
-func deferredKey(r string) string {
-	if r != "" {
-		r += "."
-	}
-	return fmt.Sprintf("{'s': CAST(%[1]s_cdc_seq AS UBIGINT), 'o': CAST(%[1]s_cdc_ord AS UINTEGER), 'p': CAST(%[1]skafka_partition AS INTEGER), 'k': CAST(%[1]skafka_offset AS BIGINT)}", r)
-}
+// deferredKey is the value that tells a deferred change apart, its
+// position (a table's lake holds each once; Kafka offsets repeat across
+// eras, and a replay numbers its events instead).
+const deferredKey = "{'s': CAST(_cdc_seq AS UBIGINT), 'o': CAST(_cdc_ord AS UINTEGER)}"
 
 // deferOpen marks as deferred the changes of t at the open transaction's
 // position (w.open) that failed one of its existence rules, with every
@@ -62,7 +63,7 @@ func (w *Warehouse) deferOpen(ctx context.Context, t *table) error {
 // lakeflow.deferred, and says how many there are.
 func (w *Warehouse) recordDeferred(ctx context.Context, t *table) (int, error) {
 	res, err := w.conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO lakeflow.deferred
-		SELECT DISTINCT %s, r._cdc_seq, r._cdc_ord, r.kafka_partition, r.kafka_offset FROM lakeflow_failures f
+		SELECT DISTINCT %s, r._cdc_seq, r._cdc_ord FROM lakeflow_failures f
 		JOIN %s r ON r.kafka_partition = f.kafka_partition AND r.kafka_offset = f.kafka_offset
 		WHERE f.tbl = %d AND f.action = 'defer'`, literal(t.schema.ID()), rowsTable(t.id), t.id))
 	if err != nil {
@@ -72,10 +73,10 @@ func (w *Warehouse) recordDeferred(ctx context.Context, t *table) (int, error) {
 	return int(n), nil
 }
 
-// redeem adds the changes deferred by the batch before to the rows of
-// this one, read back from the lake, and empties lakeflow.deferred: the
-// batch judges them again. It returns the batch's tables, with those
-// that have only deferred changes.
+// redeem adds the deferred changes to the rows of the batch that ends
+// their transaction, read back from the lake, and empties
+// lakeflow.deferred: the batch judges them for good. It returns the
+// batch's tables, with those that have only deferred changes.
 func (w *Warehouse) redeem(ctx context.Context, order []*table, rows map[*table]rowsInfo) ([]*table, error) {
 	type span struct {
 		table    string
@@ -119,8 +120,10 @@ func (w *Warehouse) redeem(ctx context.Context, order []*table, rows map[*table]
 				return nil, err
 			}
 		}
-		where := fmt.Sprintf("%s IN (SELECT %s FROM lakeflow.deferred WHERE source_table = %s)", deferredKey(""), deferredKey(""), literal(s.table))
-		n, info, err := w.loadRows(ctx, t, files, renames[s.table], where, "kafka_offset")
+		where := fmt.Sprintf("%s IN (SELECT %s FROM lakeflow.deferred WHERE source_table = %s)", deferredKey, deferredKey, literal(s.table))
+		// Offsets below zero, which no record of the batch has: the
+		// rules tell changes apart by partition and offset.
+		n, info, err := w.loadRows(ctx, t, files, renames[s.table], where, "-"+replayOffsets)
 		if err != nil {
 			return nil, fmt.Errorf("read the changes of %s deferred for an existence rule back from the lake: %w", s.table, err)
 		}
@@ -163,3 +166,8 @@ func (w *Warehouse) filesSpanning(ctx context.Context, table string, min, max ui
 	}
 	return files, res.Err()
 }
+
+// OpenTransaction is the position of the transaction the last batch
+// applied in part, 0 if it ended consistent: a restarted consumer goes
+// on splitting it.
+func (w *Warehouse) OpenTransaction() change.LSN { return w.open }

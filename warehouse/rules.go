@@ -153,8 +153,8 @@ func (w *Warehouse) applyRules(ctx context.Context, order []*table, rows map[*ta
 	done := map[*table]bool{}
 	var check func(t *table) error
 	check = func(t *table) error {
-		if done[t] {
-			return nil
+		if done[t] || !touched[t] {
+			return nil // a table the batch does not touch has nothing to judge
 		}
 		done[t] = true // a cycle of references is checked in any order
 		for _, r := range t.rules {

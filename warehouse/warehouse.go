@@ -54,8 +54,8 @@ type Warehouse struct {
 	// midTransaction says the last batch did not end at a watermark: the
 	// next may hold the rest of a source transaction.
 	midTransaction bool
-	// open is the position of the transaction the batch being applied
-	// applies in part (Batch.Open), 0 if none.
+	// open is the position of the transaction the last batch applied in
+	// part (Batch.Open), 0 if none.
 	open change.LSN
 	// known are tables whose lake holds events after floor from another
 	// era of their Kafka log (ReadingTopic): those events are in
@@ -391,6 +391,16 @@ func (w *Warehouse) init(ctx context.Context, memoryLimit int64, threads int) er
 		return err
 	}
 	w.floor = change.LSN(floor.Int64)
+	if w.midTransaction {
+		// The transaction the last batches applied in part: where the
+		// records they took end.
+		var open sql.NullInt64
+		if err := w.conn.QueryRowContext(ctx, `SELECT max(max_seq)::BIGINT FROM lakeflow.lake_files
+			WHERE batch > (SELECT coalesce(max(batch) FILTER (consistent), 0) FROM lakeflow.batches)`).Scan(&open); err != nil {
+			return err
+		}
+		w.open = change.LSN(open.Int64)
+	}
 	return nil
 }
 

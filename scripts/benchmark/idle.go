@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +14,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lakeflow/lakeflow/pipeline/demo"
+	"github.com/lakeflow/lakeflow/pipeline/postgres"
 )
 
 // IdleResult measures run --follow while the source's captured tables
@@ -93,4 +99,83 @@ func writtenBytes(pid int) int64 {
 func lakeFiles(lakeDir string) int {
 	files, _ := filepath.Glob(filepath.Join(lakeDir, "*", "*", "*.parquet"))
 	return len(files)
+}
+
+// idleOnly measures the idle costs alone, on a warehouse of events
+// changes of the demo's mix (the gold variant: contracts, history, gold
+// marts), and writes them into out's idle figures, keeping the rest of
+// out: a full run measures them at its end, after everything else.
+func idleOnly(events int, out, bin string, d time.Duration) error {
+	ctx := context.Background()
+	var res Result
+	data, err := os.ReadFile(out)
+	if err == nil {
+		err = json.Unmarshal(data, &res)
+	}
+	if err != nil {
+		return fmt.Errorf("read %s, which -idle-only adds to: %v", out, err)
+	}
+	work, err := os.MkdirTemp("", "lakeflow-bench-idle-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	os.Chmod(work, 0o755)
+	if bin, err = lakeflowBinary(bin, work); err != nil {
+		return err
+	}
+	pgPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cl, err := postgres.StartCluster(ctx, postgres.ClusterConfig{Dir: filepath.Join(work, "pg"), Port: pgPort, Ephemeral: true}, quiet)
+	if err != nil {
+		return err
+	}
+	defer cl.Stop()
+	if err := cl.EnsureDatabase(ctx, "shop"); err != nil {
+		return err
+	}
+	dsn := cl.DSN("shop")
+	if err := demo.Setup(ctx, dsn); err != nil {
+		return err
+	}
+	repo, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	kafkaPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	cfgFile := filepath.Join(work, "lakeflow-0.toml")
+	cfg := fmt.Sprintf("data_dir = \"data-0\"\n[source]\ndsn = %q\nslot = \"bench_0\"\n[kafka]\nlisten = \"127.0.0.1:%d\"\n[contracts]\ndir = %q\n[gold]\ndir = %q\n",
+		dsn, kafkaPort, filepath.Join(repo, "contracts"), filepath.Join(repo, "sql", "gold"))
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	step("initial snapshot, then %d changes in the demo's mix, applied", events)
+	if _, _, err := runLakeflow(bin, cfgFile); err != nil {
+		return err
+	}
+	if _, err := (demo.Workload{Events: events, Seed: 42, ActionsPerTxn: 4}).Run(ctx, dsn); err != nil {
+		return err
+	}
+	if _, _, err := runLakeflow(bin, cfgFile); err != nil {
+		return err
+	}
+	step("lakeflow run --follow with nothing to capture for %s", d)
+	if res.Idle, err = idle(ctx, bin, cfgFile, filepath.Join(work, "data-0", "lake"), dsn, "bench_0", d); err != nil {
+		return err
+	}
+	printIdle(res.Idle)
+	data, _ = json.MarshalIndent(res, "", "  ")
+	return os.WriteFile(out, append(data, '\n'), 0o644)
+}
+
+// printIdle prints the idle figures.
+func printIdle(i IdleResult) {
+	fmt.Printf("  idle, --follow for %.0f s with nothing to capture: %.2f s CPU, %.1f MB written, %d batches, %d copies, %d lake files; the slot advanced %d bytes\n",
+		i.Seconds, i.CPUSeconds, float64(i.WrittenBytes)/1e6, i.Batches, i.Published, i.LakeFiles, i.SlotAdvancedBytes)
 }

@@ -164,7 +164,15 @@ func main() {
 	bin := flag.String("bin", "", "measure this lakeflow binary instead of building the working tree's")
 	freshness := flag.String("freshness", "", "instead: the freshness measurement alone, on a working directory an earlier run kept (-keep); it grows by the load each time")
 	idleFor := flag.Duration("idle", 10*time.Minute, "how long to measure run --follow with nothing to capture (0: not at all; -quick: not unless given)")
+	idleAlone := flag.Bool("idle-only", false, "instead: the idle measurement alone, on a warehouse of -events changes, written into -out's idle figures")
 	flag.Parse()
+	if *idleAlone {
+		if err := idleOnly(*events, *out, *bin, *idleFor); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *freshness != "" {
 		if err := freshnessOnly(*freshness, *bin); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -487,9 +495,8 @@ func run(events int, out string, keep, quick bool, profileDir, bin string, idleF
 		fmt.Printf("    during the load the machine's %d cores were %.0f%% busy: lakeflow %.2f cores, the rest (PostgreSQL, the load, the bench) %.2f\n",
 			f.Cores, 100*f.MachineBusy, f.LakeflowCores, f.OtherCores)
 	}
-	if i := res.Idle; i.Seconds > 0 {
-		fmt.Printf("  idle, --follow for %.0f s with nothing to capture: %.2f s CPU, %.1f MB written, %d batches, %d copies, %d lake files; the slot advanced %d bytes\n",
-			i.Seconds, i.CPUSeconds, float64(i.WrittenBytes)/1e6, i.Batches, i.Published, i.LakeFiles, i.SlotAdvancedBytes)
+	if res.Idle.Seconds > 0 {
+		printIdle(res.Idle)
 	}
 	data, _ := json.MarshalIndent(res, "", "  ")
 	if keep {
