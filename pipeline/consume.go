@@ -883,28 +883,31 @@ func (c *consumer) trim(ctx context.Context) {
 func (c *consumer) syncSchemas(ctx context.Context) error {
 	c.synced = time.Now()
 	topic := kafka.SchemaTopic(c.kcfg.Prefix)
-	if c.flight != nil {
-		// The warehouse is busy with a batch: look at the schema topic
-		// alone, and wait for the batch only when it has moved.
-		recs, strays, _, reset, err := c.kafka.Schemas(ctx, c.schemaNext)
+	// Look at the schema topic alone first: the warehouse is busy with
+	// a batch, or an idle pipeline looks every batch_interval, where a
+	// statement each time was most of what idling cost. Only when it
+	// has moved, wait for the batch and read from the warehouse's
+	// position.
+	recs, strays, _, reset, err := c.kafka.Schemas(ctx, c.schemaNext)
+	if err != nil {
+		return err
+	}
+	// (The first look reads the warehouse's position, and assigns the
+	// topics it knows, whatever the schema topic holds.)
+	moved := len(recs)+len(strays) > 0 || reset || c.schemaNext.Next == nil
+	if !moved && (c.stateCopy == nil || !c.stateCopy.Snapshotted || c.stateCopy.Slot != c.slot) {
+		// During a snapshot: has the source's state moved on?
+		state, _, err := c.kafka.SourceState(ctx)
 		if err != nil {
 			return err
 		}
-		moved := len(recs)+len(strays) > 0 || reset
-		if !moved && (c.stateCopy == nil || !c.stateCopy.Snapshotted || c.stateCopy.Slot != c.slot) {
-			// During a snapshot: has the source's state moved on?
-			state, _, err := c.kafka.SourceState(ctx)
-			if err != nil {
-				return err
-			}
-			moved = state != nil && (c.stateCopy == nil || !equalState(state, c.stateCopy))
-		}
-		if !moved {
-			return nil
-		}
-		if err := c.settle(ctx); err != nil {
-			return err
-		}
+		moved = state != nil && (c.stateCopy == nil || !equalState(state, c.stateCopy))
+	}
+	if !moved {
+		return nil
+	}
+	if err := c.settle(ctx); err != nil {
+		return err
 	}
 	from, err := c.wh.Offsets(statement(ctx), topic)
 	if err != nil {

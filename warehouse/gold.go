@@ -629,9 +629,13 @@ func martNames(marts []*mart) string {
 // partitions waiting. The consumer calls it while idle, so a mart does
 // not wait for the next batch.
 func (w *Warehouse) RefreshDue(ctx context.Context, drained bool) error {
-	due, err := w.waiting(ctx, w.conn, func(m *mart) bool {
+	want := func(m *mart) bool {
 		return m.refresh.Every > 0 && (drained || time.Since(m.refreshed) >= m.refresh.Every)
-	})
+	}
+	if !slices.ContainsFunc(w.marts, func(m *mart) bool { return m.active && want(m) }) {
+		return nil // no statement while idle when no mart is due
+	}
+	due, err := w.waiting(ctx, w.conn, want)
 	if err != nil {
 		return err
 	}
