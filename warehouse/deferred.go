@@ -18,8 +18,9 @@ import (
 // back, and named in lakeflow.deferred, inside the part's transaction.
 // The batch that ends the transaction reads them back from the lake (they
 // are there, as every event is) and judges them for good with its own:
-// once, whatever the number of parts. A backfill of a warehouse that
-// stopped between parts defers them as the stream did (OpenTransaction).
+// once, whatever the number of parts. (A backfill of a warehouse that
+// stopped between parts judges the part of the transaction the lake
+// holds as a whole: it defers nothing.)
 //
 // A change that passes in a part is not judged again: one whose parent a
 // later part of the same transaction deletes stays applied, where a batch
@@ -27,15 +28,17 @@ import (
 
 const deferredTable = `
 CREATE TABLE IF NOT EXISTS lakeflow.deferred (
-	source_table VARCHAR NOT NULL,
-	_cdc_seq     UBIGINT NOT NULL,
-	_cdc_ord     UINTEGER NOT NULL
+	source_table    VARCHAR NOT NULL,
+	_cdc_seq        UBIGINT NOT NULL,
+	_cdc_ord        UINTEGER NOT NULL,
+	kafka_partition INTEGER NOT NULL,
+	kafka_offset    BIGINT NOT NULL
 );`
 
-// deferredKey is the value that tells a deferred change apart, its
-// position (a table's lake holds each once; Kafka offsets repeat across
-// eras, and a replay numbers its events instead).
-const deferredKey = "{'s': CAST(_cdc_seq AS UBIGINT), 'o': CAST(_cdc_ord AS UINTEGER)}"
+// deferredKey is the value that tells a deferred change apart in the
+// lake: its position and its Kafka record (a snapshot's rows share one
+// position; offsets repeat across Kafka eras).
+const deferredKey = "{'s': CAST(_cdc_seq AS UBIGINT), 'o': CAST(_cdc_ord AS UINTEGER), 'p': CAST(kafka_partition AS INTEGER), 'k': CAST(kafka_offset AS BIGINT)}"
 
 // deferOpen marks as deferred the changes of t at the open transaction's
 // position (w.open) that failed one of its existence rules, with every
@@ -63,7 +66,7 @@ func (w *Warehouse) deferOpen(ctx context.Context, t *table) error {
 // lakeflow.deferred, and says how many there are.
 func (w *Warehouse) recordDeferred(ctx context.Context, t *table) (int, error) {
 	res, err := w.conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO lakeflow.deferred
-		SELECT DISTINCT %s, r._cdc_seq, r._cdc_ord FROM lakeflow_failures f
+		SELECT DISTINCT %s, r._cdc_seq, r._cdc_ord, r.kafka_partition, r.kafka_offset FROM lakeflow_failures f
 		JOIN %s r ON r.kafka_partition = f.kafka_partition AND r.kafka_offset = f.kafka_offset
 		WHERE f.tbl = %d AND f.action = 'defer'`, literal(t.schema.ID()), rowsTable(t.id), t.id))
 	if err != nil {

@@ -20,6 +20,7 @@ type refFixture struct {
 	t   *testing.T
 	wh  *Warehouse
 	off map[string]int64
+	pos int64 // of the schema topic
 }
 
 var (
@@ -30,6 +31,11 @@ var (
 )
 
 func newRefFixture(t *testing.T, chain bool) *refFixture {
+	return newRefFixtureOf(t, chain, refG, refP, refC)
+}
+
+// newRefFixtureOf is a refFixture whose warehouse knows only tables.
+func newRefFixtureOf(t *testing.T, chain bool, tables ...*change.Table) *refFixture {
 	dir := t.TempDir()
 	lk, err := lake.Open(filepath.Join(dir, "lake"))
 	if err != nil {
@@ -40,15 +46,14 @@ func newRefFixture(t *testing.T, chain bool) *refFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.wh.Close() })
-	if err := f.wh.ApplySchemas(context.Background(), []Schema{{"lf.public.g", refG}, {"lf.public.p", refP}, {"lf.public.c", refC}}, "lf._schemas", schemaPos(1), nil, nil); err != nil {
-		t.Fatal(err)
-	}
+	f.learn(tables...)
 	head := "key = [\"id\"]\n[[columns]]\nname = \"id\"\ntype = \"integer\"\n"
 	files := map[string]string{
 		"g.toml": "table = \"public.g\"\n" + head,
 		"p.toml": "table = \"public.p\"\n" + head + "[[columns]]\nname = \"gid\"\ntype = \"integer\"\n",
 		"c.toml": "table = \"public.c\"\n" + head + "[[columns]]\nname = \"pid\"\ntype = \"integer\"\n" +
-			"[[rules]]\nname = \"p_exists\"\nreferences = \"public.p\"\non = { pid = \"id\" }\n",
+			"[[rules]]\nname = \"p_exists\"\nreferences = \"public.p\"\non = { pid = \"id\" }\n" +
+			"[[rules]]\nname = \"not_seven\"\ncheck = \"pid <> 7\"\n",
 	}
 	if chain {
 		files["p.toml"] += "[[rules]]\nname = \"g_exists\"\nreferences = \"public.g\"\non = { gid = \"id\" }\n"
@@ -67,6 +72,19 @@ func newRefFixture(t *testing.T, chain bool) *refFixture {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// learn gives the warehouse the schemas of tables.
+func (f *refFixture) learn(tables ...*change.Table) {
+	f.t.Helper()
+	var schemas []Schema
+	for _, tb := range tables {
+		schemas = append(schemas, Schema{"lf.public." + tb.Name, tb})
+	}
+	f.pos++
+	if err := f.wh.ApplySchemas(context.Background(), schemas, "lf._schemas", schemaPos(f.pos), nil, nil); err != nil {
+		f.t.Fatal(err)
+	}
 }
 
 // insert is the record of an insert into tb at seq.
@@ -116,24 +134,27 @@ func (f *refFixture) query(q string) string {
 }
 
 // TestDeferredUntilTheTransactionEnds: a transaction applied in three
-// parts writes children before their parent; the children that fail
-// p_exists in a part are deferred, not quarantined, stay deferred through
-// the next part, and the batch that ends the transaction judges them:
-// the child whose parent came applies, the one whose parent never did is
-// quarantined.
+// parts (a snapshot's rows, sharing one position) writes children before
+// their parent; the children that fail p_exists in a part are deferred,
+// not quarantined, stay deferred through the next part, and the batch
+// that ends the transaction judges them: the child whose parent came
+// applies, the one whose parent never did is quarantined, and the one
+// the part quarantined for a row rule (its parent in silver) stays
+// quarantined once.
 func TestDeferredUntilTheTransactionEnds(t *testing.T) {
 	f := newRefFixture(t, false)
-	f.apply(100, 0, f.insert(refC, 100, 1, "1", "1"), f.insert(refC, 100, 2, "2", "9"))
-	f.apply(100, 0, f.insert(refG, 100, 3, "5"))
-	if got := f.query("SELECT count(*)::VARCHAR || '/' || (SELECT count(*) FROM lakeflow.quarantine) || '/' || (SELECT count(*) FROM silver.c) FROM lakeflow.deferred"); got != "2/0/0" {
-		t.Fatalf("deferred/quarantined/in silver after two parts: %s, want 2/0/0", got)
+	f.apply(0, 50, f.insert(refP, 50, 1, "7", "5"))
+	f.apply(100, 0, f.insert(refC, 100, 0, "1", "1"), f.insert(refC, 100, 0, "2", "9"), f.insert(refC, 100, 0, "3", "7"))
+	f.apply(100, 0, f.insert(refG, 100, 0, "5"))
+	if got := f.query("SELECT count(*)::VARCHAR || '/' || (SELECT count(*) FROM lakeflow.quarantine) || '/' || (SELECT count(*) FROM silver.c) FROM lakeflow.deferred"); got != "2/1/0" {
+		t.Fatalf("deferred/quarantined/in silver after two parts: %s, want 2/1/0", got)
 	}
-	f.apply(0, 100, f.insert(refP, 100, 4, "1", "5"))
+	f.apply(0, 100, f.insert(refP, 100, 0, "1", "5"))
 	if got := f.query("SELECT coalesce(string_agg(id::VARCHAR, ','), '') FROM silver.c"); got != "1" {
 		t.Errorf("silver.c holds %q, want the child whose parent came", got)
 	}
-	if got := f.query("SELECT coalesce(string_agg(key::VARCHAR || ' ' || rules[1], ','), '') FROM lakeflow.quarantine"); got != `{"id":2} c.p_exists` {
-		t.Errorf("quarantine holds %q, want the child whose parent never came", got)
+	if got := f.query("SELECT coalesce(string_agg(key::VARCHAR || ' ' || rules[1], ',' ORDER BY key::VARCHAR), '') FROM lakeflow.quarantine"); got != `{"id":2} c.p_exists,{"id":3} c.not_seven` {
+		t.Errorf("quarantine holds %q, want the child whose parent never came and the one that broke a row rule, once each", got)
 	}
 	if got := f.query("SELECT count(*)::VARCHAR FROM lakeflow.deferred"); got != "0" {
 		t.Errorf("%s changes still deferred once the transaction ended", got)
@@ -150,5 +171,19 @@ func TestReferenceChainThroughAnUntouchedTable(t *testing.T) {
 	f.apply(0, 60, f.insert(refC, 60, 1, "1", "1"))
 	if got := f.query("SELECT count(*)::VARCHAR FROM silver.c"); got != "1" {
 		t.Fatalf("silver.c holds %s rows, want 1", got)
+	}
+}
+
+// TestDeferredBeforeTheReferencedTableIsKnown: a snapshot's part holds
+// children before the schema of the table they reference has arrived
+// (the snapshot has not reached it): they are deferred, where the batch
+// used to stop, and judged once the transaction ends.
+func TestDeferredBeforeTheReferencedTableIsKnown(t *testing.T) {
+	f := newRefFixtureOf(t, false, refC)
+	f.apply(100, 0, f.insert(refC, 100, 0, "1", "1"))
+	f.learn(refP)
+	f.apply(0, 100, f.insert(refP, 100, 0, "1", "5"))
+	if got := f.query("SELECT count(*)::VARCHAR || '/' || (SELECT count(*) FROM lakeflow.quarantine) FROM silver.c"); got != "1/0" {
+		t.Fatalf("in silver/quarantined: %s, want 1/0", got)
 	}
 }

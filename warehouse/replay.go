@@ -58,6 +58,11 @@ func (b *Bound) where(lo, hi uint64) string {
 // transaction boundaries, each in one transaction. Lake files are not
 // written: they are the input.
 func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats, error) {
+	// A replay judges whole transactions (its chunks end at their
+	// boundaries), or what the lake holds of the last: it defers nothing.
+	open := w.open
+	w.open = 0
+	defer func() { w.open = open }()
 	var st ReplayStats
 	files := map[*table][]string{}
 	var all []string

@@ -162,19 +162,28 @@ func (w *Warehouse) applyRules(ctx context.Context, order []*table, rows map[*ta
 				continue
 			}
 			u := w.tables[r.References.Table.String()]
-			if u == nil {
+			switch {
+			case u == nil && w.open == 0:
 				return fmt.Errorf("%s: rule %s references %s, which is not captured", t.schema.ID(), r.Name, r.References.Table)
-			}
-			if err := check(u); err != nil {
-				return err
+			case u != nil:
+				if err := check(u); err != nil {
+					return err
+				}
 			}
 		}
 		for _, r := range t.rules {
 			if r.References == nil {
 				continue
 			}
-			u := w.tables[r.References.Table.String()]
-			if err := add(referenceSQL(t, u, r.Rule, touched[u], rows[u])); err != nil {
+			sql := ""
+			if u := w.tables[r.References.Table.String()]; u != nil {
+				sql = referenceSQL(t, u, r.Rule, touched[u], rows[u])
+			} else {
+				// A part of a snapshot taken before the table it
+				// references has its schema: nothing of it exists yet.
+				sql = unknownReferenceSQL(t, r.Rule)
+			}
+			if err := add(sql); err != nil {
 				return fmt.Errorf("check rule %s: %w", r.Name, err)
 			}
 		}
@@ -340,6 +349,18 @@ FROM (SELECT lakeflow_partition, lakeflow_offset, unnest(list_filter([%s], x -> 
       FROM (SELECT %s, s.kafka_partition AS lakeflow_partition, s.kafka_offset AS lakeflow_offset FROM %s s WHERE s.op IN ('c', 'u', 'r'))
       WHERE NOT (%s))`,
 		t.id, strings.Join(cases, ", "), strings.Join(cols, ", "), rowsTable(t.id), strings.Join(pass, " AND "))
+}
+
+// unknownReferenceSQL adds the failures of the existence rule r of table
+// t when the table it references is not known yet: every change that
+// refers to a row fails it.
+func unknownReferenceSQL(t *table, r contracts.Rule) string {
+	var notNull []string
+	for _, pair := range r.References.Columns {
+		notNull = append(notNull, "after."+ident(t.pending.Column(pair[0]))+" IS NOT NULL")
+	}
+	return fmt.Sprintf(`INSERT INTO lakeflow_failures SELECT %d, kafka_partition, kafka_offset, %s, %s FROM %s WHERE op IN ('c', 'u', 'r') AND %s`,
+		t.id, literal(r.Name), literal(string(r.Action)), rowsTable(t.id), strings.Join(notNull, " AND "))
 }
 
 // referenceSQL adds the failures of the existence rule r of table t: the
