@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lakeflow/lakeflow/pipeline/demo"
-	"github.com/lakeflow/lakeflow/pipeline/postgres"
 )
 
 // IdleResult measures run --follow while the source's captured tables
@@ -124,23 +121,11 @@ func idleOnly(events int, out, bin string, d time.Duration) error {
 	if bin, err = lakeflowBinary(bin, work); err != nil {
 		return err
 	}
-	pgPort, err := freePort()
-	if err != nil {
-		return err
-	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cl, err := postgres.StartCluster(ctx, postgres.ClusterConfig{Dir: filepath.Join(work, "pg"), Port: pgPort, Ephemeral: true}, quiet)
+	cl, dsn, err := startShop(ctx, work)
 	if err != nil {
 		return err
 	}
 	defer cl.Stop()
-	if err := cl.EnsureDatabase(ctx, "shop"); err != nil {
-		return err
-	}
-	dsn := cl.DSN("shop")
-	if err := demo.Setup(ctx, dsn); err != nil {
-		return err
-	}
 	repo, err := os.Getwd()
 	if err != nil {
 		return err

@@ -206,6 +206,30 @@ func main() {
 	}
 }
 
+// startShop starts a private PostgreSQL under work with the demo's shop
+// database, and returns it and the shop's DSN.
+func startShop(ctx context.Context, work string) (*postgres.Cluster, string, error) {
+	pgPort, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
+	step("starting a private PostgreSQL on port %d", pgPort)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cl, err := postgres.StartCluster(ctx, postgres.ClusterConfig{Dir: filepath.Join(work, "pg"), Port: pgPort, Ephemeral: true}, quiet)
+	if err != nil {
+		return nil, "", err
+	}
+	dsn := cl.DSN("shop")
+	if err := cl.EnsureDatabase(ctx, "shop"); err == nil {
+		err = demo.Setup(ctx, dsn)
+	}
+	if err != nil {
+		cl.Stop()
+		return nil, "", err
+	}
+	return cl, dsn, nil
+}
+
 // step says what the benchmark does now.
 func step(format string, args ...any) { fmt.Fprintf(os.Stderr, "· "+format+"\n", args...) }
 
@@ -241,24 +265,11 @@ func run(events int, out string, keep, quick bool, profileDir, bin string, idleF
 	if bin, err = lakeflowBinary(bin, work); err != nil {
 		return err
 	}
-	pgPort, err := freePort()
-	if err != nil {
-		return err
-	}
-	step("starting a private PostgreSQL on port %d", pgPort)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cl, err := postgres.StartCluster(ctx, postgres.ClusterConfig{Dir: filepath.Join(work, "pg"), Port: pgPort, Ephemeral: true}, quiet)
+	cl, dsn, err := startShop(ctx, work)
 	if err != nil {
 		return err
 	}
 	defer cl.Stop()
-	if err := cl.EnsureDatabase(ctx, "shop"); err != nil {
-		return err
-	}
-	dsn := cl.DSN("shop")
-	if err := demo.Setup(ctx, dsn); err != nil {
-		return err
-	}
 	repo, err := os.Getwd()
 	if err != nil {
 		return err
