@@ -83,7 +83,7 @@ type consumer struct {
 	// has more of it to bring, so none need wait for the others.
 	splitting change.LSN
 	splitDone bool
-	cut       map[kafka.TopicPartition]bool // splitHeld's
+	cut       map[kafka.TopicPartition]bool // sort's
 	// last is, per table partition, the position of the newest record
 	// fetched (partitions hold their events in position order).
 	last map[kafka.TopicPartition]change.LSN
@@ -391,11 +391,14 @@ func (c *consumer) step(ctx context.Context, target map[string]map[int32]int64) 
 		c.splitting, c.splitDone = m.w.Seq, false
 		return c.apply(ctx, &m)
 	}
-	if c.splitting != 0 && !c.splitDone && !c.splitHeld() {
-		// Nothing held is of the transaction (one a kill abandoned
-		// never ends, or its last part is applied): what is held waits
-		// for a watermark, which no paused partition may hold up (pace).
-		c.splitDone = true
+	if c.splitting != 0 && !c.splitDone {
+		if n, _ := c.held(nil); n == 0 {
+			// Nothing held is of the transaction (one a kill abandoned
+			// never ends, or its last part is applied): what is held
+			// waits for a watermark, which no paused partition may hold
+			// up (pace).
+			c.splitDone = true
+		}
 	}
 	if k < 0 {
 		if hard && c.splitting != 0 && !c.splitDone {
@@ -404,11 +407,7 @@ func (c *consumer) step(ctx context.Context, target map[string]map[int32]int64) 
 		return nil
 	}
 	m := &c.marks[k]
-	in, _ := c.take(m)
-	n, size := len(in), int64(0)
-	for _, r := range in {
-		size += int64(len(r.Value))
-	}
+	n, size := c.held(m)
 	if n == 0 && c.idles(m) {
 		c.idle(m)
 		return nil
@@ -438,34 +437,59 @@ func (c *consumer) ready() (k, split int) {
 	return k, split
 }
 
-// take splits the records held into those of the batch ending at m (nil:
-// the transaction being split) and the rest: in each partition, those
-// before the first record after m's position (a split mark's: after the
-// transaction), and, at a watermark, below its bounds.
-func (c *consumer) take(m *mark) (in, rest []warehouse.Record) {
+// sort tells the records held of the batch ending at m (nil: the
+// transaction being split) from the rest, calling f for each in order: in
+// each partition, those before the first record after m's position (a
+// split mark's: after the transaction) are in, and, at a watermark, those
+// below its bounds.
+func (c *consumer) sort(m *mark, f func(r *warehouse.Record, in bool)) {
 	seq, bounded := c.splitting, false
 	if m != nil && !m.w.Split {
 		seq, bounded = m.w.Seq, true
 	}
-	cut := map[kafka.TopicPartition]bool{}
+	if c.cut == nil {
+		c.cut = map[kafka.TopicPartition]bool{}
+	}
+	clear(c.cut)
+	for i := range c.pending {
+		r := &c.pending[i]
+		tp := kafka.TopicPartition{Topic: r.Topic, Partition: r.Partition}
+		if r.Seq > seq {
+			c.cut[tp] = true
+		}
+		f(r, !c.cut[tp] && (!bounded || r.Offset < m.bounds[r.Topic][r.Partition]))
+	}
+}
+
+// take splits the records held into those of the batch ending at m and
+// the rest (sort).
+func (c *consumer) take(m *mark) (in, rest []warehouse.Record) {
 	in = make([]warehouse.Record, 0, len(c.pending))
 	// An array with room for as many as were pending (not
 	// c.pending[:0:0]: that keeps the records' array live): grown a
 	// record at a time from their number, they were copied again and
 	// again while the consumer was behind.
 	rest = make([]warehouse.Record, 0, len(c.pending))
-	for _, r := range c.pending {
-		tp := kafka.TopicPartition{Topic: r.Topic, Partition: r.Partition}
-		if r.Seq > seq {
-			cut[tp] = true
-		}
-		if cut[tp] || (bounded && r.Offset >= m.bounds[r.Topic][r.Partition]) {
-			rest = append(rest, r)
+	c.sort(m, func(r *warehouse.Record, ok bool) {
+		if ok {
+			in = append(in, *r)
 		} else {
-			in = append(in, r)
+			rest = append(rest, *r)
 		}
-	}
+	})
 	return in, rest
+}
+
+// held counts the records held of the batch ending at m and their bytes,
+// without taking them: the loop asks every poll whether a batch is due.
+func (c *consumer) held(m *mark) (n int, size int64) {
+	c.sort(m, func(r *warehouse.Record, ok bool) {
+		if ok {
+			n++
+			size += int64(len(r.Value))
+		}
+	})
+	return n, size
 }
 
 // idles says whether m, a watermark up to which there is nothing to
@@ -478,24 +502,6 @@ func (c *consumer) take(m *mark) (in, rest []warehouse.Record) {
 func (c *consumer) idles(m *mark) bool {
 	return (c.splitting == 0 || m.w.Seq < c.splitting) &&
 		!slices.ContainsFunc(c.strays, func(d warehouse.DeadLetter) bool { return d.Offset <= m.offset })
-}
-
-// splitHeld says whether a record held is of the transaction being split
-// (take(nil) would take it).
-func (c *consumer) splitHeld() bool {
-	if c.cut == nil {
-		c.cut = map[kafka.TopicPartition]bool{}
-	}
-	clear(c.cut)
-	for _, r := range c.pending {
-		tp := kafka.TopicPartition{Topic: r.Topic, Partition: r.Partition}
-		if r.Seq > c.splitting {
-			c.cut[tp] = true
-		} else if !c.cut[tp] {
-			return true
-		}
-	}
-	return false
 }
 
 // idle takes a watermark up to which there is nothing to apply: the
@@ -613,7 +619,7 @@ func (c *consumer) finish(cause error) error {
 			break
 		}
 		m := &c.marks[k]
-		if in, _ := c.take(m); len(in) == 0 && c.idles(m) {
+		if n, _ := c.held(m); n == 0 && c.idles(m) {
 			c.idle(m)
 			continue
 		}
