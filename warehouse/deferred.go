@@ -3,6 +3,7 @@ package warehouse
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -84,15 +85,16 @@ func (w *Warehouse) redeem(ctx context.Context, order []*table, rows map[*table]
 	type span struct {
 		table    string
 		min, max uint64
+		count    int
 	}
 	var spans []span
-	res, err := w.conn.QueryContext(ctx, "SELECT source_table, min(_cdc_seq), max(_cdc_seq) FROM lakeflow.deferred GROUP BY ALL")
+	res, err := w.conn.QueryContext(ctx, "SELECT source_table, min(_cdc_seq), max(_cdc_seq), count(*) FROM lakeflow.deferred GROUP BY ALL")
 	if err != nil {
 		return nil, err
 	}
 	for res.Next() {
 		var s span
-		if err := res.Scan(&s.table, &s.min, &s.max); err != nil {
+		if err := res.Scan(&s.table, &s.min, &s.max, &s.count); err != nil {
 			res.Close()
 			return nil, err
 		}
@@ -116,6 +118,10 @@ func (w *Warehouse) redeem(ctx context.Context, order []*table, rows map[*table]
 		if err != nil {
 			return nil, err
 		}
+		if len(files) == 0 {
+			w.log.Error("changes deferred for an existence rule are gone from the lake (its files were removed): they are lost", "table", s.table, "changes", s.count)
+			continue
+		}
 		held, inBatch := rows[t]
 		aside := "lakeflow_batch_" + rowsTable(t.id)
 		if inBatch {
@@ -131,6 +137,10 @@ func (w *Warehouse) redeem(ctx context.Context, order []*table, rows map[*table]
 			return nil, fmt.Errorf("read the changes of %s deferred for an existence rule back from the lake: %w", s.table, err)
 		}
 		w.log.Debug("deferred changes judged again", "table", s.table, "changes", n)
+		if n < s.count {
+			// Not a stop: every later start would stop the same way.
+			w.log.Error("changes deferred for an existence rule are gone from the lake (a file was removed): they are lost", "table", s.table, "changes", s.count-n)
+		}
 		if inBatch {
 			for _, stmt := range []string{"INSERT INTO " + rowsTable(t.id) + " SELECT * FROM " + aside, "DROP TABLE " + aside} {
 				if _, err := w.conn.ExecContext(ctx, stmt); err != nil {
@@ -165,7 +175,10 @@ func (w *Warehouse) filesSpanning(ctx context.Context, table string, min, max ui
 		if err := res.Scan(&p); err != nil {
 			return nil, err
 		}
-		files = append(files, w.lake.Abs(p))
+		// A file removed from the lake by hand cannot be read back.
+		if abs := w.lake.Abs(p); fileExists(abs) {
+			files = append(files, abs)
+		}
 	}
 	return files, res.Err()
 }
@@ -174,3 +187,8 @@ func (w *Warehouse) filesSpanning(ctx context.Context, table string, min, max ui
 // applied in part, 0 if it ended consistent: a restarted consumer goes
 // on splitting it.
 func (w *Warehouse) OpenTransaction() change.LSN { return w.open }
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

@@ -187,3 +187,23 @@ func TestDeferredBeforeTheReferencedTableIsKnown(t *testing.T) {
 		t.Fatalf("in silver/quarantined: %s, want 1/0", got)
 	}
 }
+
+// TestDeferredChangesWhoseLakeFileIsGone: a lake file holding deferred
+// changes was removed by hand before the transaction ended. The batch
+// that ends it says they are lost and applies the rest: a stop there
+// would come back at every start.
+func TestDeferredChangesWhoseLakeFileIsGone(t *testing.T) {
+	f := newRefFixture(t, false)
+	f.apply(100, 0, f.insert(refC, 100, 0, "1", "1"))
+	var path string
+	if err := f.wh.conn.QueryRowContext(context.Background(), "SELECT path FROM lakeflow.lake_files WHERE source_table = 'public.c'").Scan(&path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(f.wh.lake.Abs(path)); err != nil {
+		t.Fatal(err)
+	}
+	f.apply(0, 100, f.insert(refP, 100, 0, "1", "5"))
+	if got := f.query("SELECT (SELECT count(*) FROM silver.p)::VARCHAR || '/' || (SELECT count(*) FROM lakeflow.deferred)"); got != "1/0" {
+		t.Fatalf("silver.p rows/deferred: %s, want 1/0", got)
+	}
+}
