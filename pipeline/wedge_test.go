@@ -517,7 +517,7 @@ func TestAsOfAfterAPartOfATransaction(t *testing.T) {
 		`INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 10) g`)
 	h.run(t, Options{})
 	h.cfg.Pipeline.BatchBytes = 64 << 10
-	pgtest.Exec(t, h.dsn, `INSERT INTO t SELECT g, repeat('x', 100) FROM generate_series(100, 30100) g`)
+	pgtest.Exec(t, h.dsn, `INSERT INTO t SELECT g, repeat('x', 100) FROM generate_series(100, 150100) g`)
 	h.run(t, Options{})
 	if n := queryText(t, h.cfg.Warehouse.Path, "SELECT count(*) FROM lakeflow.batches WHERE NOT consistent"); n == "0" {
 		t.Fatal("the transaction was applied whole: the test proves nothing")
