@@ -369,6 +369,26 @@ func (w *Warehouse) applyInTx(ctx context.Context, b Batch, lf *lakeWrite, order
 	return files, w.recordBatch(ctx, b)
 }
 
+// fillUnchanged fills the values updates left unchanged (fillUnchangedSQL),
+// again while that fills more: each round resolves one more link of a
+// chain of key changes in the batch.
+func (w *Warehouse) fillUnchanged(ctx context.Context, t *table) error {
+	left := int64(-1)
+	for {
+		if _, err := w.conn.ExecContext(ctx, fillUnchangedSQL(t.schema, t.id, keyJSON(t, "r"))); err != nil {
+			return err
+		}
+		var n int64
+		if err := w.conn.QueryRowContext(ctx, unfilledSQL(t.schema, t.id)).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 || n == left {
+			return nil
+		}
+		left = n
+	}
+}
+
 // rowsInfo is what reading a table's decoded events of the batch told.
 type rowsInfo struct {
 	// keyOnly: a delete's before image holds only the key.
@@ -392,7 +412,7 @@ type rowsInfo struct {
 func (w *Warehouse) applyRows(ctx context.Context, order []*table, rows map[*table]rowsInfo, st *BatchStats, since func() time.Duration) error {
 	for _, t := range order {
 		if rows[t].unchanged {
-			if _, err := w.conn.ExecContext(ctx, fillUnchangedSQL(t.schema, t.id, keyJSON(t, "r"))); err != nil {
+			if err := w.fillUnchanged(ctx, t); err != nil {
 				return fmt.Errorf("take the unchanged values of %s from the versions before: %w", t.schema.ID(), err)
 			}
 		}

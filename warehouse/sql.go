@@ -355,33 +355,43 @@ func fillValue(c change.Column) string {
 
 // fillUnchangedSQL gives the values an update left unchanged in t's rows
 // table (TOASTed values PostgreSQL did not log: the table lacks REPLICA
-// IDENTITY FULL) the column's value in the key's version before: its
+// IDENTITY FULL) the column's value in the row's version before: its
 // newest change in the rows that carries the value, else silver's row,
 // or the newest quarantined change of the key if it is newer (held back,
 // it was still the source's version). Stream and replay both fill them,
 // each from the silver and quarantine it builds, so they agree. key is
 // the rows' key as lakeflow.quarantine spells it (keyJSON).
+//
+// A key change is a delete of the old key and, right after it in the
+// same transaction, a create of the new one, which can leave values
+// unchanged too: its version before is the old key's. An unchanged value
+// is never NULL (only stored values are TOASTed), so a filled one
+// carries its value to later changes; a chain of key changes in one batch
+// is resolved by running the statement again while it fills more
+// (unfilledSQL counts what is left).
 func fillUnchangedSQL(t *change.Table, id int, key string) string {
 	rows := rowsTable(id)
-	var keys, on, prev, fields, held []string
+	var own, line, on, prev, fields, held []string
 	for _, i := range t.KeyColumns() {
 		n := ident(t.Columns[i].Name)
-		keys = append(keys, "after."+n)
-		on = append(on, fmt.Sprintf("s.%s IS NOT DISTINCT FROM CAST(r.after.%s AS %s)", n, n, duckType(t.Columns[i].Type).duck))
+		own = append(own, "after."+n)
+		line = append(line, "lakeflow_from."+n)
+		on = append(on, fmt.Sprintf("s.%s IS NOT DISTINCT FROM CAST(r.lakeflow_from.%s AS %s)", n, n, duckType(t.Columns[i].Type).duck))
 	}
 	for i, c := range t.Columns {
 		n := ident(c.Name)
 		v := "r.after." + n
 		if c.Type.Toastable() && !c.Key {
 			p := fmt.Sprintf("lakeflow_prev_%d", i)
-			prev = append(prev, fmt.Sprintf(`last_value(CASE WHEN op IN ('c', 'u', 'r') AND NOT list_contains(coalesce(unchanged, []), %s) THEN {'v': after.%s} END IGNORE NULLS)
-				OVER (PARTITION BY %s ORDER BY _cdc_seq, _cdc_ord ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS %s`,
-				literal(c.Name), n, strings.Join(keys, ", "), p))
+			carrier := fmt.Sprintf(`last_value(CASE WHEN op IN ('c', 'u', 'r') AND (after.%s IS NOT NULL OR NOT list_contains(coalesce(unchanged, []), %s)) THEN {'v': after.%[1]s} END IGNORE NULLS)
+				OVER (PARTITION BY %%s ORDER BY _cdc_seq, _cdc_ord ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)`, n, literal(c.Name))
+			prev = append(prev, fmt.Sprintf("CASE WHEN lakeflow_moved THEN %s ELSE %s END AS %s",
+				fmt.Sprintf(carrier, strings.Join(line, ", ")), fmt.Sprintf(carrier, strings.Join(own, ", ")), p))
 			// The quarantine keeps the row as JSON: bytes as DuckDB's
 			// escaped text, which a cast reads back.
 			typ := lakeType(c.Type)
 			held = append(held, fmt.Sprintf("%s: %s", jsonString(c.Name), jsonString(strings.ReplaceAll(typ, "BLOB", "VARCHAR"))))
-			v = fmt.Sprintf(`CASE WHEN list_contains(r.unchanged, %[1]s) THEN coalesce(r.%[2]s.v,
+			v = fmt.Sprintf(`CASE WHEN list_contains(r.unchanged, %[1]s) THEN coalesce(r.after.%[3]s, r.%[2]s.v,
 				CASE WHEN q.pos IS NOT NULL THEN CAST(q.row.%[3]s AS %[4]s) ELSE CAST(s.%[3]s AS %[4]s) END) ELSE r.after.%[3]s END`,
 				literal(c.Name), p, n, typ)
 		}
@@ -395,16 +405,35 @@ func fillUnchangedSQL(t *change.Table, id int, key string) string {
 	}
 	newer := "(s._cdc_seq IS NULL OR q.pos > struct_pack(s := s._cdc_seq, o := s._cdc_ord))"
 	return fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE %[1]s AS
-SELECT r.op, CASE WHEN r.op = 'u' AND r.unchanged IS NOT NULL THEN struct_pack(%[2]s) ELSE r.after END AS after,
+SELECT r.op, CASE WHEN r.op IN ('u', 'c') AND r.unchanged IS NOT NULL THEN struct_pack(%[2]s) ELSE r.after END AS after,
 	r._cdc_seq, r._cdc_ord, r._commit_ts, r.kafka_partition, r.kafka_offset, r.unchanged
-FROM (SELECT *, %[3]s, %[4]s AS lakeflow_key FROM %[1]s) r
+FROM (SELECT *, %[3]s, %[4]s AS lakeflow_key
+	FROM (SELECT *, coalesce(lakeflow_moved_from, after) AS lakeflow_from, lakeflow_moved_from IS NOT NULL AS lakeflow_moved
+		FROM (SELECT *, CASE WHEN op = 'c' AND unchanged IS NOT NULL AND lag(op) OVER o = 'd'
+				AND lag(_cdc_seq) OVER o = _cdc_seq AND lag(_cdc_ord) OVER o = _cdc_ord - 1 THEN lag(after) OVER o END AS lakeflow_moved_from
+			FROM %[1]s WINDOW o AS (ORDER BY _cdc_seq, _cdc_ord)))) r
 LEFT JOIN silver.%[5]s s ON %[6]s
 LEFT JOIN (SELECT key::VARCHAR AS key, from_json(arg_max("row", struct_pack(s := _cdc_seq, o := _cdc_ord)), %[7]s) AS row,
 		max(struct_pack(s := _cdc_seq, o := _cdc_ord)) AS pos
 	FROM lakeflow.quarantine WHERE source_table = %[8]s AND action = 'quarantine' AND op <> 'd' GROUP BY ALL) q
 	ON q.key = r.lakeflow_key::VARCHAR AND %[9]s`,
-		rows, strings.Join(fields, ", "), strings.Join(prev, ", "), strings.Replace(key, "r.after.", "after.", -1), ident(t.Name), strings.Join(on, " AND "),
+		rows, strings.Join(fields, ", "), strings.Join(prev, ", "), strings.Replace(key, "r.after.", "lakeflow_from.", -1), ident(t.Name), strings.Join(on, " AND "),
 		literal("{"+strings.Join(held, ", ")+"}"), literal(t.ID()), newer)
+}
+
+// unfilledSQL counts the values fillUnchangedSQL has yet to fill in t's
+// rows table.
+func unfilledSQL(t *change.Table, id int) string {
+	var left []string
+	for _, c := range t.Columns {
+		if c.Type.Toastable() && !c.Key {
+			left = append(left, fmt.Sprintf("(list_contains(unchanged, %s) AND after.%s IS NULL)", literal(c.Name), ident(c.Name)))
+		}
+	}
+	if len(left) == 0 {
+		return "SELECT 0"
+	}
+	return fmt.Sprintf("SELECT count(*) FROM %s WHERE op IN ('u', 'c') AND unchanged IS NOT NULL AND (%s)", rowsTable(id), strings.Join(left, " OR "))
 }
 
 // jsonString quotes s as a JSON string.

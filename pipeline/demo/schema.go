@@ -78,24 +78,25 @@ CREATE TABLE IF NOT EXISTS payments (
 );
 `
 
-// tables are DDL's tables; Setup has each log full rows and bear the
-// comment mark, by which CheckSource knows them.
+// tables are DDL's tables; Setup has each bear the comment mark, by which
+// CheckSource knows them. Their replica identity is PostgreSQL's default
+// (the key), as most databases have it.
 var tables = []string{"customers", "products", "orders", "order_items", "payments"}
 
 const mark = "lakeflow demo"
 
-// marked sets the demo tables' replica identity and comment.
+// marked sets the demo tables' comment.
 func marked() string {
 	var b strings.Builder
 	for _, t := range tables {
-		fmt.Fprintf(&b, "ALTER TABLE %s REPLICA IDENTITY FULL;\nCOMMENT ON TABLE %[1]s IS '%s';\n", t, mark)
+		fmt.Fprintf(&b, "COMMENT ON TABLE %s IS '%s';\n", t, mark)
 	}
 	return b.String()
 }
 
 // CheckSource refuses a source database that holds a relation of a demo
 // table's name that the demo did not create: Setup would change it (its
-// replica identity) and the workload write into it or fail on it,
+// comment) and the workload write into it or fail on it,
 // leaving the source with a slot and publication for a run that never
 // was. A database lakeflow runs itself needs no check.
 func CheckSource(ctx context.Context, dsn string) error {

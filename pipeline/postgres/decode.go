@@ -38,9 +38,9 @@ type Result struct {
 	Message  *pglogrepl.LogicalDecodingMessage
 }
 
-// ErrIdentity reports a change that cannot be decoded faithfully because
-// the table no longer has REPLICA IDENTITY FULL.
-var ErrIdentity = errors.New("replica identity is not FULL")
+// ErrIdentity reports a change that does not say which row it changes
+// (REPLICA IDENTITY NOTHING).
+var ErrIdentity = errors.New("replica identity names no row")
 
 // Decoder turns pgoutput (protocol version 1) messages into change events
 // carrying (_cdc_seq, _cdc_ord) positions. It is pure: no I/O, no clock,
@@ -220,7 +220,7 @@ func (d *Decoder) decodeRow(data []byte, lsn change.LSN) (Result, error) {
 	// full old row has them; otherwise they stay unchanged, and the
 	// warehouse takes them from the version before (silver's).
 	if data[0] == 'D' && before == nil {
-		return Result{}, fmt.Errorf("%w: %s sent a delete without the row's key (REPLICA IDENTITY NOTHING); run ALTER TABLE %s REPLICA IDENTITY FULL",
+		return Result{}, fmt.Errorf("%w: %s sent a delete without the row's key (REPLICA IDENTITY NOTHING); run ALTER TABLE %s REPLICA IDENTITY DEFAULT",
 			ErrIdentity, t.ID(), pgx.Identifier{t.Schema, t.Name}.Sanitize())
 	}
 	if oldKind == 'O' {

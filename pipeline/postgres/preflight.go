@@ -87,14 +87,15 @@ func unwrapConnect(err error) error {
 }
 
 // preflight checks that the source can be captured, and says in one line
-// per problem what to run to fix it. Partitions of a partitioned table
-// that do not log full rows are only warned about: the stream takes their
-// changes without the old row (see Decoder; the warehouse fills the
-// values an update left unchanged), and partitions are often attached
-// later by tools that do not set it. A captured table dropped
-// from the source (recorded says lakeflow captured it) is only warned
-// about too, and returned in gone: its changes still in the WAL are
-// applied, and silver, history and lake keep it.
+// per problem what to run to fix it. Every replica identity that names
+// the row is accepted: FULL logs the whole old row, DEFAULT (PostgreSQL's
+// own) the old key, and the stream needs no more (see Decoder: a delete
+// needs only the key, and the warehouse takes a large value an update
+// left unchanged from the version before). NOTHING, and an identity
+// index other than the key silver is merged on, are refused. A captured
+// table dropped from the source (recorded says lakeflow captured it) is
+// only warned about, and returned in gone: its changes still in the WAL
+// are applied, and silver, history and lake keep it.
 func preflight(ctx context.Context, conn *pgx.Conn, tables []config.Table, recorded func(id string) bool, log *slog.Logger) (gone []config.Table, err error) {
 	var problems []string
 	var version int
@@ -122,17 +123,24 @@ func preflight(ctx context.Context, conn *pgx.Conn, tables []config.Table, recor
 		problems = append(problems, fmt.Sprintf("role %s may not replicate: run ALTER ROLE %s REPLICATION", role, pgx.Identifier{role}.Sanitize()))
 	}
 	for _, t := range tables {
-		var hasKey, partitioned bool
-		var notFull []string
+		var hasKey bool
+		var nothing, otherIndex []string
+		// Each leaf (a partition logs its own rows, and PostgreSQL does
+		// not pass the setting down) with identity NOTHING, or USING
+		// INDEX of an index that is not the primary key.
 		err := conn.QueryRow(ctx, `
-			SELECT r.relkind = 'p', EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = r.oid AND (i.indisprimary OR i.indisreplident)),
-			       ARRAY(SELECT format('%I.%I', ln.nspname, l.relname)
-			             FROM pg_class l JOIN pg_namespace ln ON ln.oid = l.relnamespace
-			             WHERE l.oid IN (SELECT r.oid WHERE r.relkind = 'r' UNION SELECT relid FROM pg_partition_tree(r.oid) WHERE isleaf)
-			               AND l.relreplident <> 'f' ORDER BY l.relname)
-			FROM pg_class r JOIN pg_namespace n ON n.oid = r.relnamespace
-			WHERE n.nspname = $1 AND r.relname = $2 AND r.relkind IN ('r', 'p')`, t.Schema, t.Name).
-			Scan(&partitioned, &hasKey, &notFull)
+			WITH r AS (SELECT c.oid, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			           WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')),
+			     leaves AS (SELECT l.oid, l.relname, l.relnamespace, l.relreplident FROM pg_class l, r
+			                WHERE l.oid IN (SELECT r.oid WHERE r.relkind = 'r' UNION SELECT relid FROM pg_partition_tree(r.oid) WHERE isleaf))
+			SELECT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = r.oid AND (i.indisprimary OR i.indisreplident)),
+			       ARRAY(SELECT format('%I.%I', ln.nspname, l.relname) FROM leaves l JOIN pg_namespace ln ON ln.oid = l.relnamespace
+			             WHERE l.relreplident = 'n' ORDER BY 1),
+			       ARRAY(SELECT format('%I.%I', ln.nspname, l.relname) FROM leaves l JOIN pg_namespace ln ON ln.oid = l.relnamespace
+			             WHERE l.relreplident = 'i' AND EXISTS (SELECT 1 FROM pg_index p WHERE p.indrelid = l.oid AND p.indisprimary AND NOT p.indisreplident)
+			             ORDER BY 1)
+			FROM r`, t.Schema, t.Name).
+			Scan(&hasKey, &nothing, &otherIndex)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows) && recorded(t.String()):
 			log.Warn("a captured table no longer exists in the source: its changes still in the WAL are applied, and silver, history and lake keep it; take it out of source.tables",
@@ -149,25 +157,29 @@ func preflight(ctx context.Context, conn *pgx.Conn, tables []config.Table, recor
 		if !hasKey {
 			problems = append(problems, fmt.Sprintf("table %s has no primary key: add one (ALTER TABLE %s ADD PRIMARY KEY (…))", t, ident))
 		}
-		if len(notFull) > 0 {
-			// A partitioned table's partitions log their own rows: each
-			// needs the setting (PostgreSQL does not pass it down).
-			var cmds []string
-			for _, rel := range notFull {
-				cmds = append(cmds, "ALTER TABLE "+rel+" REPLICA IDENTITY FULL;")
-			}
-			if partitioned {
-				log.Warn("partitions do not log full rows: their updates come without the old row, and a large value an update leaves unchanged is taken from silver's version of the row",
-					"table", t.String(), "run", strings.Join(cmds, " "))
-			} else {
-				problems = append(problems, fmt.Sprintf("table %s does not log full rows: run %s", t, strings.Join(cmds, " ")))
-			}
+		if len(nothing) > 0 {
+			problems = append(problems, fmt.Sprintf("table %s has REPLICA IDENTITY NOTHING, so its updates and deletes do not say which row they change: run %s",
+				t, identityCommands(nothing)))
+		}
+		if len(otherIndex) > 0 {
+			problems = append(problems, fmt.Sprintf("table %s has a REPLICA IDENTITY USING INDEX other than its primary key, which silver merges on: run %s",
+				t, identityCommands(otherIndex)))
 		}
 	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("%w: %s", fault.ErrSource, strings.Join(problems, "; "))
 	}
 	return gone, nil
+}
+
+// identityCommands is the fix for relations whose replica identity lakeflow
+// cannot use: PostgreSQL's default, the primary key.
+func identityCommands(rels []string) string {
+	cmds := make([]string, len(rels))
+	for i, rel := range rels {
+		cmds[i] = "ALTER TABLE " + rel + " REPLICA IDENTITY DEFAULT;"
+	}
+	return strings.Join(cmds, " ")
 }
 
 // ensurePublication makes the publication list exactly the captured

@@ -158,21 +158,27 @@ func TestPreflightSaysWhatToRun(t *testing.T) {
 	dsn := pg.NewDatabase(t)
 	pgtest.Exec(t, dsn,
 		"CREATE TABLE nokey (a int)", "ALTER TABLE nokey REPLICA IDENTITY FULL",
-		"CREATE TABLE partial (id int PRIMARY KEY)",
+		"CREATE TABLE partial (id int PRIMARY KEY)", "ALTER TABLE partial REPLICA IDENTITY NOTHING",
+		"CREATE TABLE byindex (id int PRIMARY KEY, code int NOT NULL UNIQUE)", "ALTER TABLE byindex REPLICA IDENTITY USING INDEX byindex_code_key",
+		"CREATE TABLE plain (id int PRIMARY KEY)",
 		"DROP ROLE IF EXISTS reader", "CREATE ROLE reader LOGIN PASSWORD 'pw'")
-	err := drain(t, dsn, &memSink{}, "nokey", "partial", "missing")
+	err := drain(t, dsn, &memSink{}, "nokey", "partial", "byindex", "plain", "missing")
 	for _, want := range []string{
 		"table public.nokey has no primary key",
-		"run ALTER TABLE public.partial REPLICA IDENTITY FULL;",
+		"table public.partial has REPLICA IDENTITY NOTHING, so its updates and deletes do not say which row they change: run ALTER TABLE public.partial REPLICA IDENTITY DEFAULT;",
+		"table public.byindex has a REPLICA IDENTITY USING INDEX other than its primary key, which silver merges on: run ALTER TABLE public.byindex REPLICA IDENTITY DEFAULT;",
 		"table public.missing does not exist",
 	} {
 		if !errors.Is(err, fault.ErrSource) || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not say %q", err, want)
 		}
 	}
+	if strings.Contains(fmt.Sprint(err), "plain") {
+		t.Errorf("error %v names public.plain, whose identity (DEFAULT, as PostgreSQL creates it) is fine", err)
+	}
 	cfg, _ := pgx.ParseConfig(dsn)
 	readerDSN := fmt.Sprintf("postgres://reader:pw@%s:%d/%s?sslmode=disable", cfg.Host, cfg.Port, cfg.Database)
-	pgtest.Exec(t, dsn, "CREATE TABLE ok (id int PRIMARY KEY)", "ALTER TABLE ok REPLICA IDENTITY FULL")
+	pgtest.Exec(t, dsn, "CREATE TABLE ok (id int PRIMARY KEY)")
 	err = drain(t, readerDSN, &memSink{}, "ok")
 	if !errors.Is(err, fault.ErrSource) || !strings.Contains(err.Error(), `run ALTER ROLE "reader" REPLICATION`) {
 		t.Errorf("want the replication privilege named, got %v", err)
