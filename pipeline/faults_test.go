@@ -20,15 +20,22 @@ import (
 // Faults of the machine and the services around lakeflow, each with the
 // outcome the README states.
 
-// smallDisk mounts a file system of size (tmpfs) for the test, and fills
-// all of it but room (in bytes) with a file the returned func removes.
-func smallDisk(t *testing.T, size string, room int64) (dir string, free func()) {
+// smallDisk mounts a file system of size (tmpfs) for the test; fill fills
+// all of it but room (in bytes) with a file the func it returns removes.
+func smallDisk(t *testing.T, size string) (dir string, fill func(room int64) (free func())) {
 	t.Helper()
 	dir = pgtest.ReachableDir(t, "lakeflow-disk-")
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
 		t.Fatalf("this test mounts a small tmpfs to fill its disk, which needs root: %v\n%s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+	return dir, func(room int64) func() { return fillDisk(t, dir, room) }
+}
+
+// fillDisk fills all of dir's file system but room bytes with a file the
+// returned func removes.
+func fillDisk(t *testing.T, dir string, room int64) (free func()) {
+	t.Helper()
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil {
 		t.Fatal(err)
@@ -48,7 +55,7 @@ func smallDisk(t *testing.T, size string, room int64) (dir string, free func()) 
 		}
 	}
 	f.Close()
-	return dir, func() {
+	return func() {
 		if err := os.Remove(filler); err != nil {
 			t.Fatal(err)
 		}
@@ -84,9 +91,12 @@ func diskFills(t *testing.T, size string, slack int64, rows int, place func(cfg 
 	t.Helper()
 	h := newHarness(t, "public.t")
 	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, v text)`, `ALTER TABLE t REPLICA IDENTITY FULL`)
-	dir, free := smallDisk(t, size, slack)
+	dir, fill := smallDisk(t, size)
 	place(h.cfg, dir)
 	h.run(t, bigRows(1, 100))
+	// Filled once the first run has made its files: slack is what they
+	// may grow by.
+	free := fill(slack)
 	err := runWatched(t, h.cfg, bigRows(1000, rows), h.log)
 	if !errors.Is(err, fault.ErrEnvironment) || !strings.Contains(err.Error(), "No space left on device") {
 		t.Fatalf("want a stop saying the disk is full, got %v", err)
