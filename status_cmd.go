@@ -65,6 +65,20 @@ func printStatus(w io.Writer, r *pipeline.StatusReport) {
 		}
 		fmt.Fprintf(w, "slot          %s: %d bytes behind the source's WAL; %s\n", s.Name, s.LagBytes, state)
 	}
+	for _, s := range r.InactiveSlots {
+		lost := ""
+		if s.Lost {
+			lost = " (invalidated by max_slot_wal_keep_size)"
+		}
+		fmt.Fprintf(w, "inactive slot %s%s: read by no one, holds %d bytes of WAL; unless another tool uses it, run %s\n", s.Name, lost, s.RetainedBytes, s.Drop())
+	}
+	for _, c := range r.Copies {
+		how := "copied while the stream runs"
+		if c.Reconcile {
+			how = "resync: rows gone from the source are deleted when it ends"
+		}
+		fmt.Fprintf(w, "copying       %s: %d rows so far (%s)\n", c.Table, c.Rows, how)
+	}
 	for _, t := range r.Topics {
 		fmt.Fprintf(w, "consumer lag  %s: %d records\n", t.Topic, t.Lag)
 	}

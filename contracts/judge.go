@@ -84,7 +84,7 @@ func Judge(c *Contract, prev, next *change.Table) (d change.Diff, accepted bool,
 			if len(gone) > 0 {
 				hint = fmt.Sprintf("if a column was renamed to %[1]s after the old %[1]s was dropped, list %[1]s in %[2]s with renamed_from = its old name (%[3]s is gone); ", bc.Column, file, strings.Join(gone, " or ")) + hint
 			}
-			refuse(bc, hint+"; otherwise lakeflow cannot follow it: capture the table again under a new source.slot, which snapshots it")
+			refuse(bc, hint+"; otherwise lakeflow cannot follow it: run lakeflow resync "+next.ID()+", which copies the table again")
 		case "key":
 			refuse(bc, "a new primary key cannot be accepted: the table's history is keyed by the old one; capture it under a new source.slot")
 		case "renamed":

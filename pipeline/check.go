@@ -151,6 +151,15 @@ func (r *CheckReport) checkSource(ctx context.Context, cfg *config.Config, set c
 	if err != nil {
 		return err
 	}
+	slots, err := postgres.InactiveSlots(ctx, dsn, cfg.Source.Slot)
+	if err != nil {
+		return err
+	}
+	for _, s := range slots {
+		r.add(Finding{Part: PartContracts, Check: "source.inactive_slot", Severity: "warning", Dataset: s.Name, Count: 1,
+			Message: fmt.Sprintf("replication slot %s is read by no one and holds %d bytes of WAL on the source, which PostgreSQL cannot remove while it exists", s.Name, s.RetainedBytes),
+			Fix:     "unless another tool uses it: " + s.Drop()})
+	}
 	known := view.Schemas()
 	for _, t := range gone {
 		f := Finding{Part: PartContracts, Check: "source.table_gone", Severity: "warning", Dataset: t.String(), Count: 1,

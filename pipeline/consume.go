@@ -69,6 +69,9 @@ type consumer struct {
 	flight    *flight
 	trimmed   time.Time
 	stateCopy *change.SourceState
+	// stateSaved is set whenever the source saves its state (a copy's
+	// progress, a resync): the warehouse's copy follows it.
+	stateSaved atomic.Bool
 	// applied is the end LSN of the last consistent batch, or of a
 	// watermark past it with nothing to apply (a heartbeat): the source
 	// confirms the slot no further. seq is the source position silver is
@@ -901,7 +904,8 @@ func (c *consumer) syncSchemas(ctx context.Context) error {
 	// (The first look reads the warehouse's position, and assigns the
 	// topics it knows, whatever the schema topic holds.)
 	moved := len(recs)+len(strays) > 0 || reset || c.schemaNext.Next == nil
-	if !moved && (c.stateCopy == nil || !c.stateCopy.Snapshotted || c.stateCopy.Slot != c.slot) {
+	stale := c.stateSaved.Swap(false) || c.stateCopy == nil || !c.stateCopy.Snapshotted || c.stateCopy.Slot != c.slot
+	if !moved && stale {
 		// During a snapshot: has the source's state moved on?
 		state, _, err := c.kafka.SourceState(ctx)
 		if err != nil {
@@ -933,7 +937,7 @@ func (c *consumer) syncSchemas(ctx context.Context) error {
 		c.log.Warn("the schema topic was deleted or reset; reading it again from its start", "topic", topic)
 	}
 	var state *change.SourceState
-	if c.stateCopy == nil || !c.stateCopy.Snapshotted || c.stateCopy.Slot != c.slot {
+	if stale {
 		if state, _, err = c.kafka.SourceState(ctx); err != nil {
 			return err
 		}

@@ -3,7 +3,9 @@ package pipeline
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -116,8 +118,11 @@ func (p *process) wait(t *testing.T) error {
 }
 
 // TestKillDuringSnapshot kills lakeflow while the initial snapshot is
-// being copied, then deletes rows the partial snapshot had delivered: the
-// restarted snapshot must leave no ghost of them in silver.
+// copying a table, once it saved its progress there, then deletes rows
+// the partial snapshot had delivered. The next run goes on under the same
+// slot from where the snapshot stopped, not from zero: the lake holds
+// the rows it had copied once, and no ghost of the deleted rows is left
+// in silver.
 func TestKillDuringSnapshot(t *testing.T) {
 	lakeflowBinary(t)
 	h := newHarness(t, qualified(demoTables)...)
@@ -125,12 +130,14 @@ func TestKillDuringSnapshot(t *testing.T) {
 	if err := demo.Setup(ctx, h.dsn); err != nil {
 		t.Fatal(err)
 	}
-	pgtest.Exec(t, h.dsn, `INSERT INTO orders (id, customer_id, status, total_cents, currency)
-		SELECT g, 1 + g % 200, 'paid', g * 10, 'EUR' FROM generate_series(1000, 100000) g`)
+	const orders = 250000 // more than one save of progress
+	pgtest.Exec(t, h.dsn, fmt.Sprintf(`INSERT INTO orders (id, customer_id, status, total_cents, currency)
+		SELECT g, 1 + g %% 200, 'paid', g * 10, 'EUR' FROM generate_series(1000, %d) g`, orders))
 	// The snapshot copies payments last: a lock on it, taken once the
 	// snapshot has begun (taken before, it would hold up the slot's
-	// creation) and while orders are copied, holds the snapshot there
-	// until the kill. Small batches: several commit meanwhile.
+	// creation), holds the snapshot there until the kill, which comes
+	// once it saved its progress in orders. Small batches: several commit
+	// meanwhile.
 	t.Setenv("LAKEFLOW_PIPELINE_BATCH_BYTES", "1MiB")
 	p := start(t, h, "run", "--follow")
 	for !strings.Contains(h.logs.String(), "initial snapshot started") {
@@ -143,7 +150,9 @@ func TestKillDuringSnapshot(t *testing.T) {
 	if _, err := tx.Exec(ctx, "LOCK TABLE payments IN ACCESS EXCLUSIVE MODE"); err != nil {
 		t.Fatal(err)
 	}
-	p.waitBatches(t, 1)
+	waitFor(t, "the snapshot's progress in orders saved", func() bool {
+		return strings.Contains(h.logs.String(), `msg="snapshot progress saved" table=public.orders`)
+	})
 	p.kill(t)
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
@@ -156,9 +165,18 @@ func TestKillDuringSnapshot(t *testing.T) {
 	if err := p.wait(t); err != nil {
 		t.Fatalf("lakeflow run: %v", err)
 	}
-	if !strings.Contains(h.logs.String(), "did not finish") {
-		t.Fatal("the restarted run did not redo the snapshot")
+	if !strings.Contains(h.logs.String(), "the stream goes on from its consistent point") {
+		t.Fatal("the restarted run did not go on from where the snapshot stopped")
 	}
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, demoTables...)
 	assertLakeExactlyOnce(t, h.cfg, demoTables...)
+	// The rows saved before the kill are not read again: copied after
+	// the snapshot's consistent point are at most the rest of orders.
+	again := queryText(t, h.cfg.Warehouse.Path, fmt.Sprintf(`SELECT count(*) FILTER (_cdc_seq > (SELECT min(_cdc_seq) FROM read_parquet(%[1]q) WHERE op = 'r'))
+		FROM read_parquet(%[1]q) WHERE op = 'r'`, filepath.Join(h.cfg.Lake.Dir, "orders", "*", "*.parquet")))
+	var n int
+	fmt.Sscan(again, &n)
+	if n == 0 || n > orders-200000 {
+		t.Errorf("%d rows of orders copied after the restart, want between 1 and %d: the snapshot did not go on from its progress", n, orders-200000)
+	}
 }

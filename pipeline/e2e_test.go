@@ -144,6 +144,9 @@ func assertLakeExactlyOnce(t *testing.T, cfg *config.Config, tables ...string) {
 			t.Fatal(err)
 		}
 		glob := filepath.Join(cfg.Lake.Dir, change.SafeName(ct.Name), "*", "*.parquet")
+		if files, _ := filepath.Glob(glob); len(files) == 0 {
+			continue // an empty table nothing changed
+		}
 		var n, dupOffsets, dupPositions int64
 		queryRow(t, db, "SELECT count(*) FROM read_parquet(?, union_by_name = true)", &n, glob)
 		queryRow(t, db, `SELECT count(*) FROM (SELECT kafka_partition, kafka_offset FROM read_parquet(?, union_by_name = true)

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -160,6 +161,8 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		return err
 	}
 	c.applied.Store(uint64(applied))
+	resyncs := newResyncWatch(cfg.DataDir, log)
+	requests := resyncs.initial()
 	src := postgres.NewSource(postgres.SourceConfig{
 		DSN: env.dsn, Tables: cfg.Source.Tables, Slot: cfg.Source.Slot,
 		Publication: cfg.Source.Publication, Heartbeat: cfg.Source.Heartbeat,
@@ -167,14 +170,21 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		Delivered: wh.Floor(),
 		Fallback:  fallback, FallbackSchemas: wh.Schemas(),
 		Contracts: set, Key: sg.key,
+		Resyncs: requests,
 	}, log)
 
 	started := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(sourceDone)
-		return src.Run(gctx, prod, prod, drain)
+		return src.Run(gctx, prod, savesNoted{prod, &c.stateSaved}, drain)
 	})
+	if opts.Follow {
+		g.Go(func() error {
+			resyncs.watch(gctx, requests)
+			return nil
+		})
+	}
 	if opts.Workload != nil {
 		g.Go(func() error {
 			select {
@@ -236,6 +246,19 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	log.Info("run complete", "events", c.stats.events.Load(), "batches", c.stats.batches.Load(),
 		"lake_files", c.stats.files.Load(), "warehouse", cfg.Warehouse.Path)
 	return nil
+}
+
+// savesNoted is the producer as the source's state store, noting each
+// save for the consumer, whose warehouse keeps a copy of the state.
+type savesNoted struct {
+	*kafka.Producer
+	saved *atomic.Bool
+}
+
+func (s savesNoted) SaveState(ctx context.Context, st change.SourceState) error {
+	err := s.Producer.SaveState(ctx, st)
+	s.saved.Store(true)
+	return err
 }
 
 // recordRun appends the run to lakeflow.runs: what it did, per-phase

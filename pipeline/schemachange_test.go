@@ -262,7 +262,7 @@ func TestColumnsThatChangePlacesStop(t *testing.T) {
 			{`UPDATE t SET m = m + 1 WHERE id = 1`},
 		})
 	}}, h.log)
-	stopsForANewSlot(t, h, err, "table public.t: column m now follows n, which it preceded")
+	stopsForAResync(t, h, err, "table public.t: column m now follows n, which it preceded")
 }
 
 // TestOnlineRetypeWithoutTheContractStops: add b_new, fill it, drop b and

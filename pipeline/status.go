@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -23,14 +24,20 @@ import (
 // StatusReport is what lakeflow status says. A part it cannot learn (the
 // source or Kafka down, nothing published yet) is left out, with a note.
 type StatusReport struct {
-	Published *PublishedStatus     `json:"published,omitempty"`
-	LastBatch *BatchStatus         `json:"last_batch,omitempty"`
-	Slot      *SlotStatus          `json:"slot,omitempty"`
-	Topics    []TopicLag           `json:"consumer_lag,omitempty"`
-	Datasets  []DatasetFreshness   `json:"freshness,omitempty"`
-	Held      HeldStatus           `json:"held"`
-	Lake      map[string]LakeTable `json:"lake"`
-	Notes     []string             `json:"notes,omitempty"`
+	Published *PublishedStatus `json:"published,omitempty"`
+	LastBatch *BatchStatus     `json:"last_batch,omitempty"`
+	Slot      *SlotStatus      `json:"slot,omitempty"`
+	// InactiveSlots are the source database's other slots no one reads:
+	// each holds WAL until it is dropped.
+	InactiveSlots []postgres.InactiveSlot `json:"inactive_slots,omitempty"`
+	// Copies are the tables being copied while the stream runs (added,
+	// or resynced), as of the published copy.
+	Copies   []change.TableCopy   `json:"copies,omitempty"`
+	Topics   []TopicLag           `json:"consumer_lag,omitempty"`
+	Datasets []DatasetFreshness   `json:"freshness,omitempty"`
+	Held     HeldStatus           `json:"held"`
+	Lake     map[string]LakeTable `json:"lake"`
+	Notes    []string             `json:"notes,omitempty"`
 }
 
 // PublishedStatus is the published copy: the batch and source position it
@@ -162,6 +169,13 @@ func (r *StatusReport) warehouse(ctx context.Context, rd *warehouse.Reader, cfg 
 		}
 		r.LastBatch = &b
 	}
+	var state string
+	if rd.QueryRow(ctx, "SELECT state::VARCHAR FROM lakeflow.source_state WHERE id = 1", &state) == nil {
+		var s change.SourceState
+		if json.Unmarshal([]byte(state), &s) == nil {
+			r.Copies = s.Copies
+		}
+	}
 	if err := rd.QueryRow(ctx, "SELECT count(*) FROM lakeflow.quarantine", &r.Held.Quarantined); err != nil {
 		return err
 	}
@@ -218,6 +232,9 @@ func (r *StatusReport) slot(ctx context.Context, cfg *config.Config) {
 		return
 	}
 	defer conn.Close(context.Background())
+	if r.InactiveSlots, err = postgres.InactiveSlots(ctx, dsn, cfg.Source.Slot); err != nil {
+		r.Notes = append(r.Notes, "the source's other replication slots could not be read: "+err.Error())
+	}
 	s := SlotStatus{Name: cfg.Source.Slot}
 	var lag *float64
 	err = conn.QueryRow(ctx, `SELECT s.active, pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint,

@@ -453,9 +453,10 @@ func TestUnchangedToastWithoutFullIdentity(t *testing.T) {
 
 // TestSlotDroppedByAnOperator: the replication slot is dropped while
 // lakeflow is stopped, and changes are made meanwhile (their WAL is read
-// by no one). The run stops, naming what to do; under a new slot
-// lakeflow takes every table again: silver follows the source, rows
-// deleted meanwhile included.
+// by no one). The run stops, naming lakeflow resync --all; after it, the
+// slot is made again and every table copied again while it streams:
+// silver follows the source, rows deleted meanwhile included, and lake
+// and history go on.
 func TestSlotDroppedByAnOperator(t *testing.T) {
 	h := newHarness(t, "public.t")
 	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, v int)`, `ALTER TABLE t REPLICA IDENTITY FULL`,
@@ -464,17 +465,60 @@ func TestSlotDroppedByAnOperator(t *testing.T) {
 	pgtest.Exec(t, h.dsn, `SELECT pg_drop_replication_slot('`+h.cfg.Source.Slot+`')`,
 		`DELETE FROM t WHERE id <= 5`, `UPDATE t SET v = -v WHERE id > 15`, `INSERT INTO t VALUES (21, 21)`)
 	err := runWatched(t, h.cfg, Options{}, h.log)
-	if !errors.Is(err, fault.ErrSource) || !strings.Contains(err.Error(), "set a new source.slot") {
-		t.Fatalf("want a stop that names the new slot, got %v", err)
+	if !errors.Is(err, fault.ErrSource) || !strings.Contains(err.Error(), "run lakeflow resync --all") {
+		t.Fatalf("want a stop that names lakeflow resync --all, got %v", err)
 	}
-	h.cfg.Source.Slot += "_2"
+	if _, err := RequestResync(h.cfg, nil, true); err != nil {
+		t.Fatal(err)
+	}
 	h.run(t, Options{})
+	if !strings.Contains(h.logs.String(), "made again") {
+		t.Error("the slot was not made again")
+	}
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
 	pgtest.Exec(t, h.dsn, `UPDATE t SET v = 0 WHERE id = 10`)
 	h.run(t, Options{})
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
 	assertLakeExactlyOnce(t, h.cfg, "public.t")
 	assertSameSilver(t, h.cfg.Warehouse.Path, backfillFromLakeAlone(t, h), "t")
+}
+
+// TestSlotInvalidated: PostgreSQL invalidates the slot while lakeflow is
+// stopped (max_slot_wal_keep_size: the WAL it held is removed). The run
+// stops naming lakeflow resync --all, which makes the slot again in its
+// place and copies every table: silver follows the source.
+func TestSlotInvalidated(t *testing.T) {
+	h := newHarness(t, "public.t")
+	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, v int)`, `INSERT INTO t SELECT g, g FROM generate_series(1, 20) g`,
+		`CREATE TABLE filler (id serial PRIMARY KEY, v text)`)
+	h.run(t, Options{})
+	pgtest.Exec(t, h.dsn, `ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'`, `SELECT pg_reload_conf()`)
+	t.Cleanup(func() { pgtest.Exec(t, h.dsn, `ALTER SYSTEM RESET max_slot_wal_keep_size`, `SELECT pg_reload_conf()`) })
+	pgtest.Exec(t, h.dsn, `DELETE FROM t WHERE id <= 5`, `UPDATE t SET v = -v WHERE id > 15`)
+	conn := pgtest.Connect(t, h.dsn)
+	defer conn.Close(context.Background())
+	status := ""
+	for i := 0; i < 10 && status != "lost"; i++ {
+		pgtest.Exec(t, h.dsn, `INSERT INTO filler (v) SELECT repeat('x', 1000) FROM generate_series(1, 20000)`, `SELECT pg_switch_wal()`, `CHECKPOINT`)
+		if err := conn.QueryRow(context.Background(), "SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1", h.cfg.Source.Slot).Scan(&status); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if status != "lost" {
+		t.Fatalf("the slot's wal_status is %q, want lost: the test proves nothing", status)
+	}
+	err := runWatched(t, h.cfg, Options{}, h.log)
+	if !errors.Is(err, fault.ErrSource) || !strings.Contains(err.Error(), "run lakeflow resync --all") {
+		t.Fatalf("want a stop that names lakeflow resync --all, got %v", err)
+	}
+	if _, err := RequestResync(h.cfg, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	h.run(t, Options{})
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
+	pgtest.Exec(t, h.dsn, `UPDATE t SET v = 0 WHERE id = 10`)
+	h.run(t, Options{})
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
 }
 
 // TestColumnFilledByATableRewrite: a column added with a DEFAULT
@@ -488,22 +532,26 @@ func TestColumnFilledByATableRewrite(t *testing.T) {
 		`INSERT INTO t SELECT g, g FROM generate_series(1, 20) g`)
 	h.run(t, Options{})
 	pgtest.Exec(t, h.dsn, `ALTER TABLE t ADD COLUMN r double precision DEFAULT random()`, `UPDATE t SET v = 0 WHERE id = 1`)
-	stopsForANewSlot(t, h, runWatched(t, h.cfg, Options{}, h.log), "rewrote the table")
+	stopsForAResync(t, h, runWatched(t, h.cfg, Options{}, h.log), "rewrote the table")
 }
 
-// stopsForANewSlot checks that err is a schema break that says want and
-// names a new source.slot as the way on, and that a run under one gets
-// past it: silver (of table t) equals the source.
-func stopsForANewSlot(t *testing.T, h *harness, err error, want string) {
+// stopsForAResync checks that err is a schema break that says want and
+// names lakeflow resync public.t as the way on, and that it gets past
+// it: the table's rows are copied again, and silver equals the source.
+func stopsForAResync(t *testing.T, h *harness, err error, want string) {
 	t.Helper()
-	if !errors.Is(err, fault.ErrSchemaBreak) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "new source.slot") {
-		t.Fatalf("want a stop saying %q, with a new source.slot as the way on, got %v", want, err)
+	if !errors.Is(err, fault.ErrSchemaBreak) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "lakeflow resync public.t") {
+		t.Fatalf("want a stop saying %q, with lakeflow resync public.t as the way on, got %v", want, err)
 	}
-	// Under a new slot every row is read again: silver takes them as
-	// they are now.
-	h.cfg.Source.Slot += "_2"
+	if err := runWatched(t, h.cfg, Options{}, h.log); !errors.Is(err, fault.ErrSchemaBreak) {
+		t.Fatalf("a run without the resync: %v, want the same stop", err)
+	}
+	if _, err := RequestResync(h.cfg, []string{"public.t"}, false); err != nil {
+		t.Fatal(err)
+	}
 	h.run(t, Options{})
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
+	assertSameSilver(t, h.cfg.Warehouse.Path, backfillFromLakeAlone(t, h), "t")
 }
 
 // TestAsOfAfterAPartOfATransaction: a transaction larger than the batch

@@ -122,7 +122,7 @@ func (w *Warehouse) ApplyStaged(ctx context.Context, b Batch, s *Staged) (BatchS
 	order, rows, err := w.decodeBatch(ctx, b, s, &st, since)
 	close(s.read)
 	if err == nil {
-		err = w.narrow(ctx, order)
+		err = w.narrow(ctx, order, rows)
 	}
 	if err != nil {
 		return st, fmt.Errorf("batch: %w", err)
@@ -253,12 +253,17 @@ func (w *Warehouse) decodeBatch(ctx context.Context, b Batch, s *Staged, st *Bat
 // through its merge take half the memory (a table replaced inside a
 // transaction is freed only at its commit). The lake files are written
 // from the decoded tables.
-func (w *Warehouse) narrow(ctx context.Context, order []*table) error {
+func (w *Warehouse) narrow(ctx context.Context, order []*table, rows map[*table]rowsInfo) error {
 	for _, t := range order {
 		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE %s AS
 			SELECT op, coalesce(after, before) AS after, _cdc_seq, _cdc_ord, _commit_ts, kafka_partition, kafka_offset, unchanged FROM %s`,
 			rowsTable(t.id), decodedTable(t.id))); err != nil {
 			return err
+		}
+		if rows[t].reconciles > 0 {
+			if err := w.reconcile(ctx, t, decodedTable(t.id)); err != nil {
+				return fmt.Errorf("reconcile %s with its copy: %w", t.schema.ID(), err)
+			}
 		}
 	}
 	return nil
@@ -404,6 +409,8 @@ type rowsInfo struct {
 	// unchanged: an update left TOASTed values unchanged, which the
 	// version before holds (fillUnchanged).
 	unchanged bool
+	// reconciles counts the reconcile marks of the table (reconcileSQL).
+	reconciles int
 }
 
 // applyRows applies the decoded rows of the batch's tables (order): the
@@ -479,11 +486,13 @@ func (w *Warehouse) decode(ctx context.Context, t *table, n *staged) (rowsInfo, 
 	if err := w.conn.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FILTER (dlq_reason IS NOT NULL),
 		count(*) FILTER (key_only AND dlq_reason IS NULL), count(*) FILTER (_cdc_seq <= %[1]d AND dlq_reason IS NULL),
 		count(*) FILTER (op = 't' AND _cdc_seq > %[1]d AND dlq_reason IS NULL),
-		count(*) FILTER (unchanged IS NOT NULL AND _cdc_seq > %[1]d AND dlq_reason IS NULL) > 0 FROM %[2]s`, w.floor, rows)).
-		Scan(&dead, &ko, &stale, &info.truncates, &info.unchanged); err != nil {
+		count(*) FILTER (unchanged IS NOT NULL AND _cdc_seq > %[1]d AND dlq_reason IS NULL) > 0,
+		count(*) FILTER (op = 'm' AND _cdc_seq > %[1]d AND dlq_reason IS NULL) FROM %[2]s`, w.floor, rows)).
+		Scan(&dead, &ko, &stale, &info.truncates, &info.unchanged, &info.reconciles); err != nil {
 		return info, err
 	}
-	info.keyOnly = ko > 0
+	// A reconcile's deletes carry the key alone.
+	info.keyOnly = ko > 0 || info.reconciles > 0
 	if dead > 0 {
 		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO lakeflow_dead
 			SELECT r.kafka_topic, r.kafka_partition, r.kafka_offset, %s, 'decode', r.dlq_reason, coalesce(s.raw, encode(s.v)), r._cdc_seq, r._cdc_ord
@@ -507,7 +516,7 @@ func (w *Warehouse) decode(ctx context.Context, t *table, n *staged) (rowsInfo, 
 			WHERE k.tbl = %d AND k.seq = r._cdc_seq AND k.ord = r._cdc_ord`, rows, t.id)); err != nil {
 			return info, err
 		}
-		if err := w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE op = 't'", rows)).Scan(&info.truncates); err != nil {
+		if err := w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*) FILTER (op = 't'), count(*) FILTER (op = 'm') FROM %s", rows)).Scan(&info.truncates, &info.reconciles); err != nil {
 			return info, err
 		}
 	}

@@ -34,7 +34,7 @@ func TestDeadLetterFilesSurviveACrashAfterCommit(t *testing.T) {
 	}
 	order, rows, err := f.wh.decodeBatch(ctx, b, s, &st, since)
 	if err == nil {
-		err = f.wh.narrow(ctx, order)
+		err = f.wh.narrow(ctx, order, rows)
 	}
 	if err != nil {
 		t.Fatal(err)

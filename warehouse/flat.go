@@ -388,7 +388,7 @@ func (d *flatDecoder) decode(v []byte) bool {
 			}
 		case "op":
 			op, _, ok := s.str()
-			if !mark(seenOp) || !ok || len(op) != 1 || !strings.ContainsRune("cudrt", rune(op[0])) {
+			if !mark(seenOp) || !ok || len(op) != 1 || !strings.ContainsRune("cudrtm", rune(op[0])) {
 				return false
 			}
 			row[0] = op[0]
@@ -446,7 +446,7 @@ func (d *flatDecoder) decode(v []byte) bool {
 		if row[1] == false {
 			return false
 		}
-	case 't':
+	case 't', 'm':
 		return true
 	}
 	img := 3 + n

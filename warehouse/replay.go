@@ -331,6 +331,16 @@ FROM %s WHERE %s`, rowsTable(t.id), image("after"), image("before"), offsets, un
 	if err != nil {
 		return 0, rowsInfo{}, err
 	}
+	var marks int
+	if err := w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*) FROM %s WHERE op = 'm'", rowsTable(t.id))).Scan(&marks); err != nil {
+		return 0, rowsInfo{}, err
+	}
+	if marks > 0 {
+		from := fmt.Sprintf("(SELECT op, lsn, _cdc_seq, _cdc_ord FROM %s WHERE %s)", src, where)
+		if err := w.reconcile(ctx, t, from); err != nil {
+			return 0, rowsInfo{}, fmt.Errorf("reconcile %s with its copy: %w", t.schema.ID(), err)
+		}
+	}
 	var nonKey []string
 	for _, c := range t.schema.Columns {
 		if !c.Key {

@@ -188,13 +188,13 @@ func dlqReasonSQL(t *change.Table) string {
 				fits, literal(side+"."+c.Name+" = "), x, literal(" does not fit "+ct.duck)))
 		}
 		if c.Key {
-			keyNull = append(keyNull, fmt.Sprintf("WHEN j.op <> 't' AND (CASE WHEN j.after IS NOT NULL THEN %s ELSE %s END) IS NULL THEN %s",
+			keyNull = append(keyNull, fmt.Sprintf("WHEN j.op NOT IN ('t', 'm') AND (CASE WHEN j.after IS NOT NULL THEN %s ELSE %s END) IS NULL THEN %s",
 				envField(t, "after", c), envField(t, "before", c), literal("key column "+c.Name+" has no value")))
 		}
 	}
 	return fmt.Sprintf(`CASE
 	WHEN j IS NULL THEN 'not a JSON envelope'
-	WHEN j.op IS NULL OR j.op NOT IN ('c', 'u', 'd', 'r', 't') THEN 'op is missing or unknown'
+	WHEN j.op IS NULL OR j.op NOT IN ('c', 'u', 'd', 'r', 't', 'm') THEN 'op is missing or unknown'
 	WHEN TRY_CAST(j._cdc_seq AS UBIGINT) IS NULL OR TRY_CAST(j._cdc_ord AS UINTEGER) IS NULL THEN '_cdc_seq or _cdc_ord is missing'
 	WHEN TRY_CAST(j._commit_ts AS TIMESTAMPTZ) IS NULL THEN '_commit_ts is missing or not a time'
 	WHEN j.op IN ('c', 'u', 'r') AND j.after IS NULL THEN 'no after image'

@@ -23,9 +23,10 @@ type Envelope struct {
 }
 
 // AppendKey appends the record key: the primary key columns as a JSON
-// object, e.g. {"order_id":7,"line_no":1}. Truncates have no key (nil).
+// object, e.g. {"order_id":7,"line_no":1}. Truncates and
+// reconciles have no key (nil).
 func (env *Envelope) AppendKey(dst []byte, ev *Event) ([]byte, error) {
-	if ev.Op == OpTruncate {
+	if ev.Op == OpTruncate || ev.Op == OpReconcile {
 		return dst, nil
 	}
 	img := ev.Image()

@@ -3,13 +3,19 @@ package change
 // Op is the Debezium operation code of an event.
 type Op byte
 
-// The operations: create, update, delete, read (snapshot) and truncate.
+// The operations: create, update, delete, read (snapshot), truncate and
+// the end of a reconciling copy.
 const (
 	OpCreate   Op = 'c'
 	OpUpdate   Op = 'u'
 	OpDelete   Op = 'd'
 	OpRead     Op = 'r'
 	OpTruncate Op = 't'
+	// OpReconcile ends a copy that reconciles (TableCopy.Reconcile): every
+	// row last written before the copy began (its LSN) that the copy did
+	// not write again is gone from the source. Debezium's op for a
+	// message, which its consumers pass over.
+	OpReconcile Op = 'm'
 )
 
 // Datum is one column value in PostgreSQL's text output format. One
@@ -32,6 +38,9 @@ type Snapshot string
 const (
 	SnapshotNone Snapshot = "false"
 	SnapshotRow  Snapshot = "true"
+	// SnapshotIncremental marks rows a copy took while the stream ran
+	// (Debezium's incremental snapshot).
+	SnapshotIncremental Snapshot = "incremental"
 )
 
 // Event is one row change. Before and After are in Table.Columns order and

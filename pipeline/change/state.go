@@ -17,6 +17,29 @@ type SourceState struct {
 	// before unsigned.
 	Key        string           `json:"key,omitempty"`
 	SignedFrom map[string]int64 `json:"signed_from,omitempty"`
+	// Copies are the tables being copied while the stream runs (added
+	// to source.tables after the initial snapshot, or resynced), in the
+	// order they are copied.
+	Copies []TableCopy `json:"copies,omitempty"`
+}
+
+// TableCopy is where the copy of one table stands: it goes in chunks of
+// rows in key order, each saved once Kafka holds it, so a restart goes
+// on from the last chunk saved.
+type TableCopy struct {
+	Table string `json:"table"`
+	// After is the key of the last row copied, each key column's text;
+	// nil before the first chunk.
+	After []string `json:"after,omitempty"`
+	// Since is the position the copy began at (set with its first
+	// chunk): a row of silver last written before it that the copy did
+	// not write again is gone from the source.
+	Since LSN `json:"since,omitempty"`
+	// Reconcile says silver may hold rows of the table from before the
+	// copy (a resync, a table captured again): the copy ends with a
+	// mark that deletes those it did not write.
+	Reconcile bool  `json:"reconcile,omitempty"`
+	Rows      int64 `json:"rows"`
 }
 
 // Boundary is the end of a source transaction (or of the snapshot, or a

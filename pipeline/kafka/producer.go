@@ -36,8 +36,9 @@ const ProducerBufferBytes = 64 << 20
 // Kafka, next to the events. It implements postgres.Sink and
 // postgres.StateStore.
 //
-// Only one goroutine (the source's) may call Schema, Event, EndTxn,
-// SaveState and the Load methods; Durable and Flush are safe from any.
+// Only one goroutine (the source's) may call Schema, Event, EndTxn and
+// the Load methods; SaveState (the source's copier saves from its own),
+// Durable and Flush are safe from any.
 type Producer struct {
 	cfg    Config
 	cl     *kgo.Client
@@ -244,13 +245,16 @@ func (p *Producer) Event(ctx context.Context, ev *change.Event) error {
 		return fmt.Errorf("%w: encode %s at %s: %v", fault.ErrSchemaBreak, ev.Table.ID(), ev.Pos, err)
 	}
 	key := p.slab[start:len(p.slab):len(p.slab)]
-	if ev.Op == change.OpTruncate {
+	if ev.Op == change.OpTruncate || ev.Op == change.OpReconcile {
 		key = nil // a truncate concerns every key: it goes to every partition
 	}
 	var value []byte
 	for i, part := range ts.parts {
 		if key != nil && len(ts.parts) > 1 && i != p.partitionOf(key, len(ts.parts)) {
 			continue
+		}
+		if ev.Op == change.OpReconcile && i > 0 {
+			break // its rows are all before it: the warehouse needs it once
 		}
 		if ev.Pos.Ord > 0 && !part.high.Less(ev.Pos) {
 			continue
@@ -277,6 +281,13 @@ func (p *Producer) Event(ctx context.Context, ev *change.Event) error {
 func (p *Producer) partitionOf(key []byte, n int) int {
 	p.probe.Key = key
 	return p.hasher.Partition(&p.probe, n)
+}
+
+// Track registers t's topic: the next watermark bounds what its
+// partitions hold now (topic).
+func (p *Producer) Track(ctx context.Context, t *change.Table) error {
+	_, err := p.topic(ctx, t)
+	return err
 }
 
 // EndTxn closes a transaction boundary.

@@ -9,3 +9,10 @@ func SetSlotBusyTimeout(d time.Duration) func() {
 	slotBusyTimeout = d
 	return func() { slotBusyTimeout = old }
 }
+
+// OnChunkRead runs f between each chunk's read and its high watermark; it
+// returns the function that removes it.
+func OnChunkRead(f func(table string)) func() {
+	chunkRead = f
+	return func() { chunkRead = nil }
+}

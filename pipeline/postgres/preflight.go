@@ -185,10 +185,9 @@ func identityCommands(rels []string) string {
 // ensurePublication makes the publication list exactly the captured
 // tables, publishing partitioned tables under their root's name (so rows
 // of every partition, attached now or later, are events of the root).
-// Tables can be added only before the slot exists: PostgreSQL 15 cannot
-// export a snapshot for an existing slot, so a later addition would have
-// no initial copy.
-func ensurePublication(ctx context.Context, conn *pgx.Conn, name string, tables []config.Table, slotExists bool) error {
+// A table added once the slot streams is copied while it streams
+// (runCopies): its changes are published from here on.
+func ensurePublication(ctx context.Context, conn *pgx.Conn, name string, tables []config.Table) error {
 	var exists, viaRoot bool
 	err := conn.QueryRow(ctx, `SELECT true, pubviaroot FROM pg_publication WHERE pubname = $1`, name).Scan(&exists, &viaRoot)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
@@ -234,10 +233,6 @@ func ensurePublication(ctx context.Context, conn *pgx.Conn, name string, tables 
 	for i, t := range tables {
 		if slices.Contains(have, t) {
 			continue
-		}
-		if slotExists {
-			return fmt.Errorf("%w: table %s was added to source.tables after the initial snapshot; lakeflow cannot copy it into a running slot (PostgreSQL exports snapshots only for new slots): remove it from source.tables, or start over with a new source.slot",
-				fault.ErrConfig, t)
 		}
 		if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pub, idents[i])); err != nil {
 			return fmt.Errorf("%w: add %s to publication %s: %v", fault.ErrSource, t, name, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/crash"
@@ -24,6 +25,11 @@ const slotCreateTimeout = 2 * time.Minute
 // slot exports, so snapshot plus stream is exactly the database: no gap,
 // no overlap. Snapshot rows carry (consistent point, 0).
 //
+// Each table is read in key order, and state.Copies keeps the tables not
+// finished, with the last key Kafka holds (saved every snapshotSaveRows
+// rows): a run killed meanwhile resumes under the same slot, copying what
+// is left while the stream runs from the consistent point (resumeSnapshot).
+//
 // A redo follows a snapshot that did not finish: the rows it delivered are
 // in Kafka, and a key among them may since have been deleted, which no
 // stream event will say. So each table first gets a truncate just before
@@ -31,32 +37,32 @@ const slotCreateTimeout = 2 * time.Minute
 // complete snapshot.
 func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, sink Sink, store StateStore, schemas map[string]*change.Table, redo bool) (*change.SourceState, error) {
 	state := &change.SourceState{Slot: s.cfg.Slot, Tables: s.tableNames(), Key: s.cfg.Key}
+	for _, id := range state.Tables {
+		state.Copies = append(state.Copies, change.TableCopy{Table: id})
+	}
 	// Saved before the slot exists, so a crash right after creating it
 	// still leaves a record that the slot is ours to drop.
 	if err := store.SaveState(ctx, *state); err != nil {
 		return nil, err
 	}
-	repl, err := connectReplication(ctx, s.cfg.DSN)
+	repl, res, err := s.createSlot(ctx, "EXPORT_SNAPSHOT")
 	if err != nil {
 		return nil, err
 	}
 	defer repl.Close(context.Background())
-	cctx, cancel := context.WithTimeout(ctx, slotCreateTimeout)
-	res, err := pglogrepl.CreateReplicationSlot(cctx, repl, s.cfg.Slot, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT"})
-	cancel()
-	if err != nil {
-		if errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
-			return nil, fmt.Errorf("%w: creating replication slot %s waited %s for open transactions to finish (%s); end them and retry",
-				fault.ErrSource, s.cfg.Slot, slotCreateTimeout, s.openTransactions(ctx))
-		}
-		return nil, fmt.Errorf("%w: create replication slot %s: %v", fault.ErrSource, s.cfg.Slot, err)
-	}
 	cp, err := pglogrepl.ParseLSN(res.ConsistentPoint)
 	if err != nil {
 		return nil, fmt.Errorf("slot consistent point %q: %w", res.ConsistentPoint, err)
 	}
 	state.ConsistentPoint = change.LSN(cp)
+	if redo {
+		// Resumed as copies, the tables the truncates did not reach yet
+		// reconcile instead: silver's rows from before the new slot that
+		// no copy writes again are gone from the source.
+		for i := range state.Copies {
+			state.Copies[i].Reconcile, state.Copies[i].Since = true, state.ConsistentPoint
+		}
+	}
 
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
@@ -65,6 +71,11 @@ func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, sink Sink, store 
 	defer tx.Rollback(context.Background())
 	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+res.SnapshotName+"'"); err != nil {
 		return nil, fmt.Errorf("%w: import snapshot %s: %v", fault.ErrSource, res.SnapshotName, err)
+	}
+	// Key order from the key's index, never a sort of a whole table
+	// into temporary files.
+	if _, err := tx.Exec(ctx, "SET LOCAL enable_sort = off"); err != nil {
+		return nil, fmt.Errorf("%w: snapshot settings: %v", fault.ErrUnavailable, err)
 	}
 	// The copy has imported the snapshot; the exporting session may go.
 	repl.Close(ctx)
@@ -87,7 +98,7 @@ func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, sink Sink, store 
 			t, err = cat.table(ctx, rel, rel.snapshotColumns(), nil)
 		}
 		if err != nil && transient(err) {
-			return nil, fmt.Errorf("%w: %v (the next lakeflow run takes the snapshot again)", fault.ErrUnavailable, err)
+			return nil, fmt.Errorf("%w: %v (the next lakeflow run goes on from where it stopped)", fault.ErrUnavailable, err)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", fault.ErrSource, err)
@@ -106,8 +117,15 @@ func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, sink Sink, store 
 		// An estimate for the progress display (-1 when never analyzed).
 		tx.QueryRow(ctx, "SELECT reltuples::bigint FROM pg_class WHERE oid = $1", rel.oid).Scan(&p.Estimate)
 		s.Stats.Snapshot.Store(p)
-		n, err := s.copyTable(ctx, tx, sink, t, state, &p.Rows)
+		n, err := s.copyTable(ctx, tx, sink, store, t, state, &p.Rows)
 		if err != nil {
+			return nil, err
+		}
+		if err := sink.Flush(ctx); err != nil {
+			return nil, err
+		}
+		state.Copies = state.Copies[1:]
+		if err := store.SaveState(ctx, *state); err != nil {
 			return nil, err
 		}
 		s.log.Info("table snapshotted", "table", t.ID(), "rows", n, "seconds", time.Since(p.Started).Round(time.Millisecond).Seconds())
@@ -129,10 +147,43 @@ func (s *Source) snapshot(ctx context.Context, conn *pgx.Conn, sink Sink, store 
 	return state, nil
 }
 
-func (s *Source) copyTable(ctx context.Context, tx pgx.Tx, sink Sink, t *change.Table, state *change.SourceState, done *atomic.Int64) (int64, error) {
+// createSlot creates the slot; action is CREATE_REPLICATION_SLOT's
+// snapshot action. The connection returned holds an exported snapshot
+// until it is closed.
+func (s *Source) createSlot(ctx context.Context, action string) (*pgconn.PgConn, pglogrepl.CreateReplicationSlotResult, error) {
+	var res pglogrepl.CreateReplicationSlotResult
+	repl, err := connectReplication(ctx, s.cfg.DSN)
+	if err != nil {
+		return nil, res, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, slotCreateTimeout)
+	res, err = pglogrepl.CreateReplicationSlot(cctx, repl, s.cfg.Slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: action})
+	cancel()
+	if err != nil {
+		repl.Close(context.Background())
+		if errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+			return nil, res, fmt.Errorf("%w: creating replication slot %s waited %s for open transactions to finish (%s); end them and retry",
+				fault.ErrSource, s.cfg.Slot, slotCreateTimeout, s.openTransactions(ctx))
+		}
+		return nil, res, fmt.Errorf("%w: create replication slot %s: %v", fault.ErrSource, s.cfg.Slot, err)
+	}
+	return repl, res, nil
+}
+
+// snapshotSaveRows is how many rows of a table the snapshot copies between
+// two saves of its progress.
+const snapshotSaveRows = 200_000
+
+// copyTable copies t, the table state.Copies[0] names, in key order.
+func (s *Source) copyTable(ctx context.Context, tx pgx.Tx, sink Sink, store StateStore, t *change.Table, state *change.SourceState, done *atomic.Int64) (int64, error) {
 	cols := make([]string, len(t.Columns))
 	for i, c := range t.Columns {
 		cols[i] = pgx.Identifier{c.Name}.Sanitize()
+	}
+	var keys []string
+	for _, i := range t.KeyColumns() {
+		keys = append(keys, cols[i])
 	}
 	ev := change.Event{
 		Table: t, Op: change.OpRead, LSN: state.ConsistentPoint, Commit: state.SnapshotTime,
@@ -144,12 +195,27 @@ func (s *Source) copyTable(ctx context.Context, tx pgx.Tx, sink Sink, t *change.
 		n++
 		s.Stats.Events.Add(1)
 		done.Add(1)
-		return sink.Event(ctx, &ev)
+		if err := sink.Event(ctx, &ev); err != nil {
+			return err
+		}
+		if n%snapshotSaveRows != 0 {
+			return nil
+		}
+		// Everything up to this row in Kafka: a restart goes on after it.
+		if err := sink.Flush(ctx); err != nil {
+			return err
+		}
+		state.Copies[0].After, state.Copies[0].Rows = keyText(t, row), n
+		if err := store.SaveState(ctx, *state); err != nil {
+			return err
+		}
+		s.log.Debug("snapshot progress saved", "table", t.ID(), "rows", n)
+		return nil
 	})
-	query := fmt.Sprintf("COPY (SELECT %s FROM %s) TO STDOUT", strings.Join(cols, ", "), pgx.Identifier{t.Schema, t.Name}.Sanitize())
+	query := fmt.Sprintf("COPY (SELECT %s FROM %s ORDER BY %s) TO STDOUT", strings.Join(cols, ", "), pgx.Identifier{t.Schema, t.Name}.Sanitize(), strings.Join(keys, ", "))
 	if _, err := tx.Conn().PgConn().CopyTo(ctx, r, query); err != nil {
 		if transient(err) {
-			return n, fmt.Errorf("%w: snapshot %s: %v (the next lakeflow run takes the snapshot again)", fault.ErrUnavailable, t.ID(), err)
+			return n, fmt.Errorf("%w: snapshot %s: %v (the next lakeflow run goes on from where it stopped)", fault.ErrUnavailable, t.ID(), err)
 		}
 		return n, fmt.Errorf("snapshot %s: %w", t.ID(), err)
 	}

@@ -36,6 +36,12 @@ type Sink interface {
 	Durable() change.LSN
 	// Flush waits until everything handed over is acknowledged.
 	Flush(ctx context.Context) error
+	// Track says t's topic may hold events no watermark bounds yet (a
+	// process stopped after handing them over, before its watermark):
+	// the next boundary's bounds cover them. Events of a copy or of a
+	// snapshot the source goes on from are not handed over again, as a
+	// stream's are.
+	Track(ctx context.Context, t *change.Table) error
 }
 
 // StateStore keeps the source's state next to its output, so the two
@@ -77,6 +83,11 @@ type SourceConfig struct {
 	// Key is the pipeline's key (kafka.Signer) for a state the snapshot
 	// makes.
 	Key string
+	// Resyncs brings requests to copy tables again (lakeflow resync);
+	// they are taken once the stream runs, those buffered before it
+	// starts first. One for every table (Tables nil) is also the way
+	// out of a lost slot.
+	Resyncs <-chan Resync
 }
 
 // Stats are the source's counters, safe to read while it runs.
@@ -114,6 +125,15 @@ type Source struct {
 	// changes were said to be skipped.
 	ignored map[*change.Table]bool
 	skipped map[string]bool
+	copies  copies
+	// held are resyncs taken from cfg.Resyncs before the stream ran.
+	held []Resync
+	// state is the source's state once it streams (its copies are read
+	// under stateMu).
+	state *change.SourceState
+	// stateMu orders changes of the state's copies, and their saving,
+	// between the copier and the stream's goroutine.
+	stateMu sync.Mutex
 }
 
 // NewSource returns a Source; nothing connects until Run.
@@ -178,16 +198,43 @@ func (s *Source) Run(ctx context.Context, sink Sink, store StateStore, drain <-c
 	if err != nil {
 		return err
 	}
+	// A slot PostgreSQL invalidated (max_slot_wal_keep_size) is still
+	// listed, but its WAL is gone: it is as lost as a dropped one.
+	var lost bool
+	if slotExists {
+		if err := conn.QueryRow(ctx, `SELECT coalesce(wal_status = 'lost', false) FROM pg_replication_slots WHERE slot_name = $1`, s.cfg.Slot).Scan(&lost); err != nil {
+			return fmt.Errorf("%w: read replication slot %s: %v", fault.ErrUnavailable, s.cfg.Slot, err)
+		}
+	}
 	streaming := state != nil && state.Snapshotted && state.Slot == s.cfg.Slot
 	present := slices.DeleteFunc(slices.Clone(s.cfg.Tables), func(t config.Table) bool { return slices.Contains(gone, t) })
-	if err := ensurePublication(ctx, conn, s.cfg.Publication, present, streaming); err != nil {
+	if err := ensurePublication(ctx, conn, s.cfg.Publication, present); err != nil {
 		return err
 	}
 	switch {
-	case streaming && !slotExists:
-		return fmt.Errorf("%w: replication slot %s is gone (dropped, or invalidated by max_slot_wal_keep_size), so the changes after where lakeflow stands cannot be read from the WAL any more; set a new source.slot: lakeflow then takes every table again under it (silver and history follow the source's rows, the lake keeps what it has and records the new snapshot)",
-			fault.ErrSource, s.cfg.Slot)
+	case streaming && (!slotExists || lost):
+		s.planCopies(state, schemas, present)
+		if err := s.replaceLostSlot(ctx, conn, store, state, present, lost); err != nil {
+			return err
+		}
+	case state != nil && !state.Snapshotted && state.Slot == s.cfg.Slot && slotExists && !lost && state.ConsistentPoint != 0 && state.Copies != nil:
+		// An initial snapshot that did not finish, under a slot that
+		// still holds every change since its consistent point: the
+		// stream goes on from there, and what the snapshot had not
+		// copied is copied while it runs.
+		state.Snapshotted = true
+		s.planCopies(state, schemas, present)
+		if err := store.SaveState(ctx, *state); err != nil {
+			return err
+		}
+		s.log.Warn("an earlier initial snapshot did not finish: the stream goes on from its consistent point, and what it had not copied is copied while the stream runs",
+			"slot", s.cfg.Slot, "consistent_point", state.ConsistentPoint, "tables_left", len(state.Copies))
 	case streaming:
+		if s.planCopies(state, schemas, present) {
+			if err := store.SaveState(ctx, *state); err != nil {
+				return err
+			}
+		}
 	case slotExists && (state == nil || state.Slot != s.cfg.Slot):
 		return fmt.Errorf("%w: replication slot %s exists but lakeflow did not create it for these topics; drop it (SELECT pg_drop_replication_slot('%s')) or choose another source.slot",
 			fault.ErrSource, s.cfg.Slot, s.cfg.Slot)
@@ -202,6 +249,7 @@ func (s *Source) Run(ctx context.Context, sink Sink, store StateStore, drain <-c
 			s.log.Warn("an earlier initial snapshot did not finish; starting it again", "slot", s.cfg.Slot)
 		case redo:
 			s.log.Warn("a new replication slot: every table is taken again under it", "slot", s.cfg.Slot, "was", state.Slot)
+			s.dropReplacedSlot(ctx, conn, state.Slot)
 		}
 		if slotExists {
 			if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s.cfg.Slot); err != nil {
@@ -213,7 +261,95 @@ func (s *Source) Run(ctx context.Context, sink Sink, store StateStore, drain <-c
 		}
 	}
 	conn.Close(ctx)
-	return s.stream(ctx, sink, state, schemas, drain)
+	for _, id := range state.Tables {
+		if t := schemas[id]; t != nil {
+			if err := sink.Track(ctx, t); err != nil {
+				return err
+			}
+		}
+	}
+	s.stateMu.Lock()
+	s.state = state
+	s.stateMu.Unlock()
+	return s.stream(ctx, sink, store, state, schemas, drain)
+}
+
+// replaceLostSlot creates the slot again, once lakeflow resync --all asks
+// for it, and copies every table again while the new slot streams: the
+// changes the lost slot held are gone from the WAL, so only a copy that
+// reconciles (deleting the rows gone since) brings silver back to the
+// source.
+func (s *Source) replaceLostSlot(ctx context.Context, conn *pgx.Conn, store StateStore, state *change.SourceState, present []config.Table, invalidated bool) error {
+	// A request for every table, buffered before the start, is taken
+	// here; the others wait for the stream.
+	var all []Resync
+	for len(s.cfg.Resyncs) > 0 {
+		r := <-s.cfg.Resyncs
+		if r.Tables == nil {
+			all = append(all, r)
+		} else {
+			s.held = append(s.held, r)
+		}
+	}
+	if len(all) == 0 {
+		return fmt.Errorf("%w: replication slot %s is gone (dropped, or invalidated by max_slot_wal_keep_size), so the changes after where lakeflow stands cannot be read from the WAL any more; run lakeflow resync --all: lakeflow then makes the slot again and copies every table while it streams, deleting in silver the rows gone since (lake and history go on)",
+			fault.ErrSource, s.cfg.Slot)
+	}
+	if invalidated {
+		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s.cfg.Slot); err != nil {
+			return fmt.Errorf("%w: drop the invalidated slot %s: %v", fault.ErrSource, s.cfg.Slot, err)
+		}
+	}
+	repl, _, err := s.createSlot(ctx, "NOEXPORT_SNAPSHOT")
+	if err != nil {
+		return err
+	}
+	repl.Close(ctx)
+	err = s.saveCopies(ctx, store, state, func() {
+		state.Copies = state.Copies[:0]
+		for _, t := range present {
+			state.Copies = append(state.Copies, change.TableCopy{Table: t.String(), Reconcile: true})
+		}
+	})
+	if err != nil {
+		return err
+	}
+	s.log.Warn("the replication slot was lost: made again, every table is copied again while it streams", "slot", s.cfg.Slot, "tables", len(present))
+	for _, r := range all {
+		if r.Accepted != nil {
+			r.Accepted()
+		}
+	}
+	return nil
+}
+
+// planCopies brings the tables the state captures in line with
+// source.tables (present: those that exist): a table added is copied
+// while the stream runs (a table captured before, reconciled with what
+// silver holds of it), and a table taken out is no longer captured. It
+// reports whether the state changed.
+func (s *Source) planCopies(state *change.SourceState, schemas map[string]*change.Table, present []config.Table) bool {
+	changed := false
+	for _, t := range present {
+		id := t.String()
+		if slices.Contains(state.Tables, id) {
+			continue
+		}
+		state.Tables = append(state.Tables, id)
+		state.Copies = append(state.Copies, change.TableCopy{Table: id, Reconcile: schemas[id] != nil})
+		s.log.Info("a table added to source.tables is copied while the others stream", "table", id, "captured_before", schemas[id] != nil)
+		changed = true
+	}
+	state.Tables = slices.DeleteFunc(state.Tables, func(id string) bool {
+		if slices.ContainsFunc(s.cfg.Tables, func(t config.Table) bool { return t.String() == id }) {
+			return false
+		}
+		s.log.Info("a table taken out of source.tables is no longer captured; its silver, history and lake stay", "table", id)
+		state.Copies = slices.DeleteFunc(state.Copies, func(c change.TableCopy) bool { return c.Table == id })
+		changed = true
+		return true
+	})
+	return changed
 }
 
 func (s *Source) slotExists(ctx context.Context, conn *pgx.Conn) (bool, error) {
@@ -271,13 +407,16 @@ func (s *Source) publishSchema(ctx context.Context, sink Sink, schemas map[strin
 	if prev != nil && prev.Equal(t) {
 		return nil
 	}
+	// A table a resync is about to copy again gets every row's values
+	// from the copy.
+	copied = copied || s.copying(t.ID())
 	if prev != nil {
 		stop := func(err error) error {
 			next := "after the contract change, lakeflow run goes on from there"
 			if errors.Is(err, ErrUnknownValues) {
 				// No contract can say what PostgreSQL wrote into the
 				// rows: they must be read again.
-				next = "set a new source.slot: lakeflow then takes every table again under it, the rows' new values with them"
+				next = fmt.Sprintf("run lakeflow resync %s: the next lakeflow run copies its rows again, their new values with them", t.ID())
 			}
 			return fmt.Errorf("%w: %v; ingestion stopped at %s before writing any change of that transaction, and the slot stays there, so nothing is lost: %s",
 				fault.ErrSchemaBreak, err, at, next)
@@ -293,6 +432,10 @@ func (s *Source) publishSchema(ctx context.Context, sink Sink, schemas map[strin
 			return stop(err)
 		}
 		t.Accepted = accepted
+		if len(d.Widened)+len(d.Narrowed) > 0 && !copied && rel.rewritten(prev) {
+			s.log.Warn("PostgreSQL rewrote the table to change a column's type: if a USING expression changed values, silver holds the old ones until lakeflow resync",
+				"table", t.ID(), "changes", describe(d), "run", "lakeflow resync "+t.ID())
+		}
 		if len(d.Renamed) > 0 {
 			t.Renames = map[string]string{}
 			for _, r := range d.Renamed {
@@ -318,6 +461,13 @@ func (s *Source) publishSchema(ctx context.Context, sink Sink, schemas map[strin
 	}
 	schemas[t.ID()] = t
 	return nil
+}
+
+// copying reports whether a copy of the table is scheduled or under way.
+func (s *Source) copying(id string) bool {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	return s.state != nil && slices.ContainsFunc(s.state.Copies, func(c change.TableCopy) bool { return c.Table == id })
 }
 
 func (s *Source) configured(schema, name string) bool {

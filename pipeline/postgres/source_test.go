@@ -72,6 +72,8 @@ func (s *memSink) Durable() change.LSN {
 
 func (s *memSink) Flush(context.Context) error { return nil }
 
+func (s *memSink) Track(context.Context, *change.Table) error { return nil }
+
 func (s *memSink) LoadState(context.Context) (*change.SourceState, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

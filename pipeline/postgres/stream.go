@@ -39,12 +39,12 @@ func (e connLost) Unwrap() error { return e.err }
 // stream runs the replication stream, reconnecting with backoff and
 // jitter when the connection drops (PostgreSQL restarts, network loss).
 // Errors that recur on every attempt end it with a clear message.
-func (s *Source) stream(ctx context.Context, sink Sink, state *change.SourceState, schemas map[string]*change.Table, drain <-chan struct{}) error {
+func (s *Source) stream(ctx context.Context, sink Sink, store StateStore, state *change.SourceState, schemas map[string]*change.Table, drain <-chan struct{}) error {
 	var b backoff
 	var busySince time.Time
 	for {
 		began := time.Now()
-		err := s.streamOnce(ctx, sink, state, schemas, drain)
+		err := s.streamOnce(ctx, sink, store, state, schemas, drain)
 		var lost connLost
 		if err == nil || ctx.Err() != nil || !errors.As(err, &lost) {
 			return err
@@ -81,7 +81,7 @@ func (s *Source) stream(ctx context.Context, sink Sink, state *change.SourceStat
 // decodes them and hands events to the sink; a status goroutine confirms
 // what is durable downstream to PostgreSQL every second and whenever
 // asked.
-func (s *Source) streamOnce(ctx context.Context, sink Sink, state *change.SourceState, schemas map[string]*change.Table, drain <-chan struct{}) error {
+func (s *Source) streamOnce(ctx context.Context, sink Sink, store StateStore, state *change.SourceState, schemas map[string]*change.Table, drain <-chan struct{}) error {
 	conn, err := connect(ctx, s.cfg.DSN)
 	if err != nil {
 		return connLost{err}
@@ -123,6 +123,8 @@ func (s *Source) streamOnce(ctx context.Context, sink Sink, state *change.Source
 	s.log.Info("streaming", "slot", s.cfg.Slot, "from", change.LSN(confirmed))
 	s.once.Do(func() { close(s.streaming) })
 
+	// Windows of chunks a copier before a reconnect opened never close.
+	s.copies.windows = nil
 	msgs := make(chan walMsg, 1<<16)
 	readErr := make(chan error, 1)
 	replyNow := make(chan struct{}, 1)
@@ -147,6 +149,32 @@ func (s *Source) streamOnce(ctx context.Context, sink Sink, state *change.Source
 		every(statusInterval, replyNow, stopped, func() bool { return sendStatus() == nil })
 	}()
 	beats := s.heartbeat(ctx, stopped, &wg)
+	// Tables to copy are copied beside the stream; a drain waits for
+	// them, so a run that ends has copied them.
+	var copying chan error
+	startCopies := func() {
+		copying = make(chan error, 1)
+		wg.Add(1)
+		go func(done chan<- error) {
+			defer wg.Done()
+			done <- s.runCopies(ctx, sink, store, state, stopped)
+		}(copying)
+	}
+	// Resyncs asked for before the start come first: a run that drains
+	// the WAL copies them.
+	for len(s.cfg.Resyncs) > 0 {
+		s.held = append(s.held, <-s.cfg.Resyncs)
+	}
+	for len(s.held) > 0 {
+		if err := s.resync(ctx, store, state, s.held[0]); err != nil {
+			return err
+		}
+		s.held = s.held[1:]
+	}
+	if len(state.Copies) > 0 {
+		startCopies()
+	}
+	drainAfterCopies := false
 
 	drainCh := drain
 	nonce := ""
@@ -158,8 +186,39 @@ func (s *Source) streamOnce(ctx context.Context, sink Sink, state *change.Source
 			return s.stop(sink, sendStatus, ctx.Err())
 		case <-drainCh:
 			drainCh = nil
+			if copying != nil {
+				drainAfterCopies = true
+				continue
+			}
 			if nonce, err = s.emitDrain(ctx); err != nil {
 				return err
+			}
+		case r := <-s.cfg.Resyncs:
+			if err := s.resync(ctx, store, state, r); err != nil {
+				return err
+			}
+			if copying == nil {
+				startCopies()
+			}
+		case err := <-copying:
+			copying = nil
+			if err != nil {
+				if ctx.Err() != nil {
+					return s.stop(sink, sendStatus, ctx.Err())
+				}
+				return err
+			}
+			s.stateMu.Lock()
+			more := len(state.Copies) > 0 // a resync that came as the copier ended
+			s.stateMu.Unlock()
+			if more {
+				startCopies()
+				continue
+			}
+			if drainAfterCopies {
+				if nonce, err = s.emitDrain(ctx); err != nil {
+					return err
+				}
 			}
 		case err := <-beats:
 			return connLost{err}
@@ -211,6 +270,9 @@ func (s *Source) handle(ctx context.Context, dec *Decoder, cat *catalog, sink Si
 			if s.ignored[ev.Table] || ev.Pos.Seq <= s.cfg.Delivered {
 				continue
 			}
+			if len(s.copies.windows) > 0 {
+				s.noteChange(ev)
+			}
 			if err := sink.Event(ctx, ev); err != nil {
 				return false, err
 			}
@@ -240,6 +302,9 @@ func (s *Source) handle(ctx context.Context, dec *Decoder, cat *catalog, sink Si
 		}
 		if msg.Prefix == drainPrefix {
 			return nonce != "" && string(msg.Content) == nonce, nil
+		}
+		if msg.Prefix == copyPrefix {
+			return false, s.copyMark(ctx, cat, sink, schemas, string(msg.Content), change.LSN(msg.LSN), dec.LastCommit())
 		}
 	}
 	return false, nil
