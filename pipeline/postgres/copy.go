@@ -278,15 +278,22 @@ func (s *Source) runCopies(ctx context.Context, sink Sink, store StateStore, sta
 					"seconds", time.Since(started).Round(time.Millisecond).Seconds(), "reconciled", c.Reconcile)
 				break
 			}
-			if err := s.saveCopies(ctx, store, state, func() { state.Copies[0] = c }); err != nil {
+			if err := s.saveCopies(ctx, store, state, func() { state.Copies[copyIndex(state.Copies, c.Table)] = c }); err != nil {
 				return err
 			}
 			s.log.Debug("chunk copied", "table", c.Table, "rows", c.Rows)
 		}
-		if err := s.saveCopies(ctx, store, state, func() { state.Copies = state.Copies[1:] }); err != nil {
+		if err := s.saveCopies(ctx, store, state, func() { state.Copies = slices.Delete(state.Copies, copyIndex(state.Copies, c.Table), copyIndex(state.Copies, c.Table)+1) }); err != nil {
 			return err
 		}
 	}
+}
+
+// copyIndex is the place of the copy of table under way among copies: the
+// first of that table (a resync meanwhile may have put others in front
+// of it, and a second copy of it after it).
+func copyIndex(copies []change.TableCopy, table string) int {
+	return slices.IndexFunc(copies, func(c change.TableCopy) bool { return c.Table == table })
 }
 
 // saveCopies changes state's copies and saves the state.
@@ -318,6 +325,7 @@ func (s *Source) resync(ctx context.Context, store StateStore, state *change.Sou
 				state.Copies = append(state.Copies, change.TableCopy{Table: id, Reconcile: true})
 			}
 		}
+		s.referencedFirst(state.Copies)
 	})
 	if err != nil {
 		return err
@@ -327,6 +335,41 @@ func (s *Source) resync(ctx context.Context, store StateStore, state *change.Sou
 		r.Accepted()
 	}
 	return nil
+}
+
+// referencedFirst orders copies so that a table a contract's existence
+// rule references is copied before the tables whose rows point to it:
+// their copied rows find the rows they reference in silver instead of
+// being held back by the rule. Copies already under way keep their place.
+func (s *Source) referencedFirst(copies []change.TableCopy) {
+	depth := map[string]int{}
+	var visit func(id string, seen map[string]bool) int
+	visit = func(id string, seen map[string]bool) int {
+		if d, ok := depth[id]; ok {
+			return d
+		}
+		if seen[id] {
+			return 0 // a cycle of references: no order helps
+		}
+		seen[id] = true
+		d := 0
+		if c := s.cfg.Contracts[id]; c != nil {
+			for _, r := range c.Rules {
+				if r.References != nil && r.References.Table.String() != id {
+					d = max(d, 1+visit(r.References.Table.String(), seen))
+				}
+			}
+		}
+		depth[id] = d
+		return d
+	}
+	started := 0
+	for started < len(copies) && copies[started].Since != 0 {
+		started++
+	}
+	slices.SortStableFunc(copies[started:], func(a, b change.TableCopy) int {
+		return visit(a.Table, map[string]bool{}) - visit(b.Table, map[string]bool{})
+	})
 }
 
 // tableRef finds a configured table by its qualified name.

@@ -310,6 +310,7 @@ func (s *Source) replaceLostSlot(ctx context.Context, conn *pgx.Conn, store Stat
 		for _, t := range present {
 			state.Copies = append(state.Copies, change.TableCopy{Table: t.String(), Reconcile: true})
 		}
+		s.referencedFirst(state.Copies)
 	})
 	if err != nil {
 		return err
@@ -349,6 +350,7 @@ func (s *Source) planCopies(state *change.SourceState, schemas map[string]*chang
 		changed = true
 		return true
 	})
+	s.referencedFirst(state.Copies)
 	return changed
 }
 
