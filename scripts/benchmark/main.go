@@ -81,6 +81,9 @@ type Result struct {
 	// Idle is run --follow on the same warehouse with nothing to
 	// capture, for -idle (10 minutes by default).
 	Idle IdleResult `json:"idle"`
+	// InitialLoad is the first run's copy of tables that already hold
+	// rows, against COPY of the same tables (-initial-only).
+	InitialLoad InitialLoadResult `json:"initial_load"`
 	// Replay is lakeflow run into a fresh warehouse of the profiled run's
 	// data directory: the source has nothing new; Kafka holds every
 	// record, read from the start (the lake is not written again).
@@ -165,7 +168,15 @@ func main() {
 	freshness := flag.String("freshness", "", "instead: the freshness measurement alone, on a working directory an earlier run kept (-keep); it grows by the load each time")
 	idleFor := flag.Duration("idle", 10*time.Minute, "how long to measure run --follow with nothing to capture (0: not at all; -quick: not unless given)")
 	idleAlone := flag.Bool("idle-only", false, "instead: the idle measurement alone, on a warehouse of -events changes, written into -out's idle figures")
+	initialRows := flag.Int("initial-only", 0, "instead: the initial load of this many rows (demo tables and a table of every type) against COPY, written into -out's initial-load figures")
 	flag.Parse()
+	if *initialRows > 0 {
+		if err := initialOnly(*initialRows, *out, *bin, *profile); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *idleAlone {
 		if err := idleOnly(*events, *out, *bin, *idleFor); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
