@@ -39,14 +39,27 @@ func showProgress(w io.Writer, src *postgres.Source, c *consumer) (stop func()) 
 				if q, d := c.stats.quarantined.Load(), c.stats.dead.Load(); q+d > 0 {
 					held = fmt.Sprintf("  quarantined %d  DEAD LETTERS %d", q, d)
 				}
-				fmt.Fprintf(w, "\r\033[K%s  captured %d (%.0f/s)  applied %d (%.0f/s)  pending %d  batches %d  lake files %d%s%s",
+				copying := ""
+				if p := src.Stats.Copy.Load(); p != nil {
+					copying = "  " + copyLine(p)
+				}
+				fmt.Fprintf(w, "\r\033[K%s  captured %d (%.0f/s)  applied %d (%.0f/s)  pending %d  batches %d  lake files %d%s%s%s",
 					now.Sub(start).Round(time.Second), in, float64(in-lastIn)/secs, out, float64(out-lastOut)/secs,
-					max(in-out, 0), c.stats.batches.Load(), c.stats.files.Load(), held, lag)
+					max(in-out, 0), c.stats.batches.Load(), c.stats.files.Load(), held, copying, lag)
 				lastIn, lastOut, last = in, out, now
 			}
 		}
 	}()
 	return func() { close(done); <-finished }
+}
+
+// copyLine shows the progress of a copy while the stream runs.
+func copyLine(p *postgres.CopyProgress) string {
+	line := fmt.Sprintf("copying %s: %d rows", p.Table, p.Rows.Load())
+	if p.Left > 0 {
+		line += fmt.Sprintf(" (%d more tables to copy)", p.Left)
+	}
+	return line
 }
 
 // snapshotLine shows the initial snapshot's progress in one table: rows

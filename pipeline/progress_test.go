@@ -19,3 +19,15 @@ func TestSnapshotLine(t *testing.T) {
 		t.Errorf("%q, want %q", got, want)
 	}
 }
+
+func TestCopyLine(t *testing.T) {
+	p := &postgres.CopyProgress{Table: "public.orders", Left: 2}
+	p.Rows.Store(16384)
+	if got, want := copyLine(p), "copying public.orders: 16384 rows (2 more tables to copy)"; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+	p.Left = 0
+	if got, want := copyLine(p), "copying public.orders: 16384 rows"; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+}

@@ -236,6 +236,7 @@ func (s *Source) runCopies(ctx context.Context, sink Sink, store StateStore, sta
 		return connLost{err}
 	}
 	defer conn.Close(context.Background())
+	defer s.Stats.Copy.Store(nil)
 	for {
 		s.stateMu.Lock()
 		if len(state.Copies) == 0 {
@@ -243,7 +244,10 @@ func (s *Source) runCopies(ctx context.Context, sink Sink, store StateStore, sta
 			return nil
 		}
 		c := state.Copies[0]
+		progress := &CopyProgress{Table: c.Table, Left: len(state.Copies) - 1}
 		s.stateMu.Unlock()
+		progress.Rows.Store(c.Rows)
+		s.Stats.Copy.Store(progress)
 		ref, ok := s.tableRef(c.Table)
 		started := time.Now()
 		redone := 0
@@ -270,6 +274,7 @@ func (s *Source) runCopies(ctx context.Context, sink Sink, store StateStore, sta
 			redone = 0
 			c.Since = cmp.Or(c.Since, ch.since)
 			c.Rows += int64(len(ch.rows))
+			progress.Rows.Store(c.Rows)
 			if len(ch.rows) > 0 {
 				c.After = keyText(ch.table, ch.rows[len(ch.rows)-1])
 			}

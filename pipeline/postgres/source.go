@@ -101,6 +101,16 @@ type Stats struct {
 	// Snapshot is the table the initial snapshot copies now (nil outside
 	// a snapshot).
 	Snapshot atomic.Pointer[SnapshotProgress]
+	// Copy is the table copied while the stream runs now (nil: none).
+	Copy atomic.Pointer[CopyProgress]
+}
+
+// CopyProgress is where a copy while the stream runs stands: the rows
+// copied so far, of the copies still to make.
+type CopyProgress struct {
+	Table string
+	Rows  atomic.Int64
+	Left  int // copies after this one
 }
 
 // SnapshotProgress is where the initial snapshot stands in one table.
