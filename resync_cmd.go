@@ -24,8 +24,7 @@ func resyncCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			tables := c.Args().Slice()
-			running, err := pipeline.RequestResync(cfg, tables, c.Bool("all"))
+			tables, running, err := pipeline.RequestResync(cfg, c.Args().Slice(), c.Bool("all"))
 			if err != nil {
 				return err
 			}

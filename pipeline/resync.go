@@ -34,40 +34,41 @@ type resyncRequest struct {
 }
 
 // RequestResync asks for tables (source.tables entries) to be copied
-// again, or with all every captured table, and reports whether a
-// pipeline runs on the data directory (it takes the request within a
-// second; otherwise the next lakeflow run does).
-func RequestResync(cfg *config.Config, tables []string, all bool) (running bool, err error) {
+// again, or with all every captured table; it returns their qualified
+// names (none for all) and whether a pipeline runs on the data directory
+// (it takes the request within a second; otherwise the next lakeflow run
+// does).
+func RequestResync(cfg *config.Config, tables []string, all bool) (names []string, running bool, err error) {
 	req := resyncRequest{All: all}
 	if all == (len(tables) > 0) {
-		return false, fmt.Errorf("%w: name the tables to resync, or --all", fault.ErrConfig)
+		return nil, false, fmt.Errorf("%w: name the tables to resync, or --all", fault.ErrConfig)
 	}
 	for _, name := range tables {
 		t, err := config.ParseTable(name)
 		if err != nil {
-			return false, fmt.Errorf("%w: %v", fault.ErrConfig, err)
+			return nil, false, fmt.Errorf("%w: %v", fault.ErrConfig, err)
 		}
 		if !slices.Contains(cfg.Source.Tables, t) {
-			return false, fmt.Errorf("%w: table %s is not in source.tables (%s)", fault.ErrConfig, t, tableList(cfg.Source.Tables))
+			return nil, false, fmt.Errorf("%w: table %s is not in source.tables (%s)", fault.ErrConfig, t, tableList(cfg.Source.Tables))
 		}
 		req.Tables = append(req.Tables, t.String())
 	}
 	dir := filepath.Join(cfg.DataDir, requestsDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return false, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
+		return nil, false, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
 	}
 	b, err := json.Marshal(req)
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
 	name := filepath.Join(dir, "resync-"+strconv.FormatInt(time.Now().UnixNano(), 10)+".json")
 	if err := os.WriteFile(name+".tmp", b, 0o644); err != nil {
-		return false, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
+		return nil, false, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
 	}
 	if err := os.Rename(name+".tmp", name); err != nil {
-		return false, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
+		return nil, false, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
 	}
-	return dataDirLocked(cfg.DataDir), nil
+	return req.Tables, dataDirLocked(cfg.DataDir), nil
 }
 
 func tableList(tables []config.Table) string {

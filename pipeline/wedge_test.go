@@ -468,7 +468,7 @@ func TestSlotDroppedByAnOperator(t *testing.T) {
 	if !errors.Is(err, fault.ErrSource) || !strings.Contains(err.Error(), "run lakeflow resync --all") {
 		t.Fatalf("want a stop that names lakeflow resync --all, got %v", err)
 	}
-	if _, err := RequestResync(h.cfg, nil, true); err != nil {
+	if _, _, err := RequestResync(h.cfg, nil, true); err != nil {
 		t.Fatal(err)
 	}
 	h.run(t, Options{})
@@ -511,7 +511,7 @@ func TestSlotInvalidated(t *testing.T) {
 	if !errors.Is(err, fault.ErrSource) || !strings.Contains(err.Error(), "run lakeflow resync --all") {
 		t.Fatalf("want a stop that names lakeflow resync --all, got %v", err)
 	}
-	if _, err := RequestResync(h.cfg, nil, true); err != nil {
+	if _, _, err := RequestResync(h.cfg, nil, true); err != nil {
 		t.Fatal(err)
 	}
 	h.run(t, Options{})
@@ -546,7 +546,7 @@ func stopsForAResync(t *testing.T, h *harness, err error, want string) {
 	if err := runWatched(t, h.cfg, Options{}, h.log); !errors.Is(err, fault.ErrSchemaBreak) {
 		t.Fatalf("a run without the resync: %v, want the same stop", err)
 	}
-	if _, err := RequestResync(h.cfg, []string{"public.t"}, false); err != nil {
+	if _, _, err := RequestResync(h.cfg, []string{"public.t"}, false); err != nil {
 		t.Fatal(err)
 	}
 	h.run(t, Options{})
