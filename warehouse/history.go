@@ -104,8 +104,21 @@ func historySQL(t *change.Table, id int, judged bool, info rowsInfo, continues b
 		onSilver = append(onSilver, "s."+n+" = e.img."+n)
 		onHist = append(onHist, "h."+n+" = s.img."+n)
 	}
+	// A copied row (op r: a resync, a table captured again) that holds
+	// what silver's live row holds opens no version: the history would
+	// otherwise gain a copy of every row at each resync.
+	copied := "false"
+	var same []string
 	for _, c := range imageColumns(t) {
 		values = append(values, columnValue(c, "s.img"))
+		same = append(same, fmt.Sprintf("s.%s IS NOT DISTINCT FROM %s", ident(c.Name), duckType(c.Type).silverValue("e.img."+ident(c.Name))))
+		if c.Fill.Set() {
+			same = nil // its value depends on the row's position: compared no further
+			break
+		}
+	}
+	if same != nil {
+		copied = fmt.Sprintf("(e.op = 'r' AND s._cdc_seq IS NOT NULL AND NOT s._deleted AND %s)", strings.Join(same, " AND "))
 	}
 	stmts := []string{
 		fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE lakeflow_versions AS
@@ -113,9 +126,9 @@ SELECT e.*, row_number() OVER w = 1 AS first, lead(e._cdc_seq) OVER w AS next_se
 FROM (SELECT after AS img, op, _cdc_seq, _cdc_ord, _commit_ts FROM %s WHERE op <> 't'
       QUALIFY row_number() OVER (PARTITION BY %s, _cdc_seq ORDER BY _cdc_ord DESC) = 1) e
 LEFT JOIN %s s ON %s
-WHERE s._cdc_seq IS NULL OR %s
+WHERE (s._cdc_seq IS NULL OR %s) AND NOT %s
 WINDOW w AS (PARTITION BY %s ORDER BY e._cdc_seq, e._cdc_ord)`,
-			from, strings.Join(keys, ", "), silver, strings.Join(onSilver, " AND "), positionLess("s", "e"),
+			from, strings.Join(keys, ", "), silver, strings.Join(onSilver, " AND "), positionLess("s", "e"), copied,
 			strings.Join(versionKeys, ", ")),
 	}
 	on := strings.Join(onHist, " AND ")
