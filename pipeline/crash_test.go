@@ -189,7 +189,7 @@ func TestKillDuringSnapshot(t *testing.T) {
 // the truncate that would have removed them.
 func TestKillDuringANewSlotsSnapshot(t *testing.T) {
 	h := newHarness(t, "public.a", "public.b", "public.c")
-	pgtest.Exec(t, h.dsn, `CREATE TABLE a (id int PRIMARY KEY, v text)`, `INSERT INTO a SELECT g, 'a' || g FROM generate_series(1, 300000) g`,
+	pgtest.Exec(t, h.dsn, `CREATE TABLE a (id int PRIMARY KEY, v text)`, `INSERT INTO a SELECT g, 'a' || g FROM generate_series(1, 100000) g`,
 		`CREATE TABLE b (id int PRIMARY KEY)`, `INSERT INTO b SELECT generate_series(1, 10)`,
 		`CREATE TABLE c (id int PRIMARY KEY, v int)`, `INSERT INTO c SELECT g, g FROM generate_series(1, 20) g`)
 	h.run(t, Options{})
