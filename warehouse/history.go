@@ -105,10 +105,12 @@ func historySQL(t *change.Table, id int, judged bool, info rowsInfo, continues b
 		onHist = append(onHist, "h."+n+" = s.img."+n)
 	}
 	// A copied row (op r: a resync, a table captured again) that holds
-	// what silver's live row holds opens no version: the history would
-	// otherwise gain a copy of every row at each resync.
+	// what the key's version before holds — the batch's change before it,
+	// else silver's live row — opens no version: the history would
+	// otherwise gain a copy of every row at each resync. (Not across a
+	// truncate, which closes every version.)
 	copied := "false"
-	var same []string
+	var same, imgKeys []string
 	for _, c := range imageColumns(t) {
 		values = append(values, columnValue(c, "s.img"))
 		same = append(same, fmt.Sprintf("s.%s IS NOT DISTINCT FROM %s", ident(c.Name), duckType(c.Type).silverValue("e.img."+ident(c.Name))))
@@ -117,18 +119,24 @@ func historySQL(t *change.Table, id int, judged bool, info rowsInfo, continues b
 			break
 		}
 	}
-	if same != nil {
-		copied = fmt.Sprintf("(e.op = 'r' AND s._cdc_seq IS NOT NULL AND NOT s._deleted AND %s)", strings.Join(same, " AND "))
+	for _, i := range t.KeyColumns() {
+		imgKeys = append(imgKeys, "img."+ident(t.Columns[i].Name))
+	}
+	if same != nil && info.truncates == 0 {
+		copied = fmt.Sprintf(`(e.op = 'r' AND CASE WHEN e.prev_op IS NOT NULL THEN e.prev_op <> 'd' AND e.img IS NOT DISTINCT FROM e.prev_img
+			ELSE s._cdc_seq IS NOT NULL AND NOT s._deleted AND %s END)`, strings.Join(same, " AND "))
 	}
 	stmts := []string{
 		fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE lakeflow_versions AS
 SELECT e.*, row_number() OVER w = 1 AS first, lead(e._cdc_seq) OVER w AS next_seq, lead(e._cdc_ord) OVER w AS next_ord, lead(e._commit_ts) OVER w AS next_ts
-FROM (SELECT after AS img, op, _cdc_seq, _cdc_ord, _commit_ts FROM %s WHERE op <> 't'
-      QUALIFY row_number() OVER (PARTITION BY %s, _cdc_seq ORDER BY _cdc_ord DESC) = 1) e
+FROM (SELECT *, lag(img) OVER k AS prev_img, lag(op) OVER k AS prev_op
+      FROM (SELECT after AS img, op, _cdc_seq, _cdc_ord, _commit_ts FROM %s WHERE op <> 't'
+            QUALIFY row_number() OVER (PARTITION BY %s, _cdc_seq ORDER BY _cdc_ord DESC) = 1)
+      WINDOW k AS (PARTITION BY %s ORDER BY _cdc_seq, _cdc_ord)) e
 LEFT JOIN %s s ON %s
 WHERE (s._cdc_seq IS NULL OR %s) AND NOT %s
 WINDOW w AS (PARTITION BY %s ORDER BY e._cdc_seq, e._cdc_ord)`,
-			from, strings.Join(keys, ", "), silver, strings.Join(onSilver, " AND "), positionLess("s", "e"), copied,
+			from, strings.Join(keys, ", "), strings.Join(imgKeys, ", "), silver, strings.Join(onSilver, " AND "), positionLess("s", "e"), copied,
 			strings.Join(versionKeys, ", ")),
 	}
 	on := strings.Join(onHist, " AND ")
