@@ -39,8 +39,9 @@ const (
 )
 
 // chunkRead, if set (by tests), runs between a chunk's read and its high
-// watermark: changes it makes fall in the chunk's window.
-var chunkRead func(table string)
+// watermark: changes it makes fall in the chunk's window, and an error it
+// returns is the read's.
+var chunkRead func(table string) error
 
 // chunk is one chunk of a copy, passed between the copier and the stream.
 type chunk struct {
@@ -288,7 +289,11 @@ func (s *Source) runCopies(ctx context.Context, sink Sink, store StateStore, sta
 			}
 			s.log.Debug("chunk copied", "table", c.Table, "rows", c.Rows)
 		}
-		if err := s.saveCopies(ctx, store, state, func() { state.Copies = slices.Delete(state.Copies, copyIndex(state.Copies, c.Table), copyIndex(state.Copies, c.Table)+1) }); err != nil {
+		done := func() {
+			i := copyIndex(state.Copies, c.Table)
+			state.Copies = slices.Delete(state.Copies, i, i+1)
+		}
+		if err := s.saveCopies(ctx, store, state, done); err != nil {
 			return err
 		}
 	}
@@ -423,7 +428,11 @@ func (s *Source) copyChunk(ctx context.Context, conn *pgx.Conn, sink Sink, c *ch
 	}
 	var err error
 	ch.taken = time.Now().UnixMicro()
-	if ch.rows, ch.last, err = readChunk(ctx, conn, ch.table, c.After); err != nil {
+	ch.rows, ch.last, err = readChunk(ctx, conn, ch.table, c.After)
+	if err == nil && chunkRead != nil {
+		err = chunkRead(c.Table)
+	}
+	if err != nil {
 		var pgErr *pgconn.PgError
 		switch {
 		case transient(err):
@@ -437,12 +446,12 @@ func (s *Source) copyChunk(ctx context.Context, conn *pgx.Conn, sink Sink, c *ch
 			ch.redo, ch.resolve = true, true
 			return ch, nil
 		}
-		return nil, fmt.Errorf("%w: copy %s: %v", fault.ErrSource, c.Table, err)
+		// Anything else (a privilege the role lacks, say) comes back at
+		// every start: the way past it is named.
+		return nil, fmt.Errorf("%w: copy %s: %v; every lakeflow run stops here until that is fixed, or the table is taken out of source.tables (the other tables then go on)",
+			fault.ErrSource, c.Table, err)
 	}
 	close(ch.ready)
-	if chunkRead != nil {
-		chunkRead(c.Table)
-	}
 	if err := emitOn(ctx, conn, copyPrefix, "H "+ch.id); err != nil {
 		return nil, err
 	}

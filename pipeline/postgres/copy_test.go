@@ -2,10 +2,15 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/postgres"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )
@@ -25,13 +30,14 @@ func TestCopyLeavesChangedRowsToTheStream(t *testing.T) {
 	}
 	pgtest.Exec(t, dsn, "CREATE TABLE b (id int PRIMARY KEY, v int)", "INSERT INTO b SELECT g, g FROM generate_series(1, 20000) g")
 	chunks := 0
-	defer postgres.OnChunkRead(func(table string) {
+	defer postgres.OnChunkRead(func(table string) error {
 		chunks++
 		if chunks == 1 {
 			// Inside the chunk just read, and after it.
 			pgtest.Exec(t, dsn, "UPDATE b SET v = -5 WHERE id = 5", "DELETE FROM b WHERE id = 6", "INSERT INTO b VALUES (20001, 1)",
 				"UPDATE b SET v = -15000 WHERE id = 15000", "DELETE FROM b WHERE id = 15001")
 		}
+		return nil
 	})()
 	if err := drain(t, dsn, sink, "a", "b"); err != nil {
 		t.Fatal(err)
@@ -77,5 +83,36 @@ func TestCopyLeavesChangedRowsToTheStream(t *testing.T) {
 	}
 	if copied >= 20000 {
 		t.Errorf("%d rows copied: the rows changed in the chunk's window were copied too", copied)
+	}
+}
+
+// TestCopyThatFailsNamesTheWayPast: a copy whose read fails for a reason
+// a restart does not change (here: one the hook makes) stops every run the
+// same way, saying so; taking the table out of source.tables gets past it,
+// and the other tables go on.
+func TestCopyThatFailsNamesTheWayPast(t *testing.T) {
+	dsn := pg.NewDatabase(t)
+	pgtest.Exec(t, dsn, "CREATE TABLE a (id int PRIMARY KEY)")
+	sink := &memSink{}
+	if err := drain(t, dsn, sink, "a"); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, dsn, "CREATE TABLE b (id int PRIMARY KEY)", "INSERT INTO b VALUES (1)")
+	defer postgres.OnChunkRead(func(string) error {
+		return &pgconn.PgError{Code: "42501", Message: "permission denied for table b"}
+	})()
+	for range 2 {
+		err := drain(t, dsn, sink, "a", "b")
+		if !errors.Is(err, fault.ErrSource) || !strings.Contains(err.Error(), "permission denied for table b") ||
+			!strings.Contains(err.Error(), "taken out of source.tables") {
+			t.Fatalf("a copy that cannot read b: %v, want a stop naming the cause and the way past", err)
+		}
+	}
+	pgtest.Exec(t, dsn, "INSERT INTO a VALUES (7)")
+	if err := drain(t, dsn, sink, "a"); err != nil {
+		t.Fatalf("with b taken out of source.tables: %v", err)
+	}
+	if len(sink.state.Copies) != 0 || !sink.ids("a")["7"] {
+		t.Fatalf("copies %v left, a's change delivered %v: the run did not go on", sink.state.Copies, sink.ids("a")["7"])
 	}
 }

@@ -10,9 +10,10 @@ func SetSlotBusyTimeout(d time.Duration) func() {
 	return func() { slotBusyTimeout = old }
 }
 
-// OnChunkRead runs f between each chunk's read and its high watermark; it
-// returns the function that removes it.
-func OnChunkRead(f func(table string)) func() {
+// OnChunkRead runs f between each chunk's read and its high watermark (an
+// error it returns is the read's); it returns the function that removes
+// it.
+func OnChunkRead(f func(table string) error) func() {
 	chunkRead = f
 	return func() { chunkRead = nil }
 }
