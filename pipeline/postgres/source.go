@@ -307,7 +307,7 @@ func (s *Source) replaceLostSlot(ctx context.Context, conn *pgx.Conn, store Stat
 	}
 	if invalidated {
 		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s.cfg.Slot); err != nil {
-			return fmt.Errorf("%w: drop the invalidated slot %s: %v", fault.ErrSource, s.cfg.Slot, err)
+			return fmt.Errorf("%w: drop the invalidated slot %s: %v; run SELECT pg_drop_replication_slot('%s') as a role that may, then lakeflow run", fault.ErrSource, s.cfg.Slot, err, s.cfg.Slot)
 		}
 	}
 	repl, _, err := s.createSlot(ctx, "NOEXPORT_SNAPSHOT")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -104,28 +103,16 @@ func lakeFiles(lakeDir string) int {
 // out: a full run measures them at its end, after everything else.
 func idleOnly(events int, out, bin string, d time.Duration) error {
 	ctx := context.Background()
-	var res Result
-	data, err := os.ReadFile(out)
-	if err == nil {
-		err = json.Unmarshal(data, &res)
-	}
-	if err != nil {
-		return fmt.Errorf("read %s, which -idle-only adds to: %v", out, err)
-	}
-	work, err := os.MkdirTemp("", "lakeflow-bench-idle-")
+	res, err := readResult(out, "-idle-only")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
-	os.Chmod(work, 0o755)
-	if bin, err = lakeflowBinary(bin, work); err != nil {
-		return err
-	}
-	cl, dsn, err := startShop(ctx, work)
+	wb, err := newWorkbench(ctx, "lakeflow-bench-idle-", bin)
 	if err != nil {
 		return err
 	}
-	defer cl.Stop()
+	defer wb.close(false)
+	work, bin, dsn := wb.work, wb.bin, wb.dsn
 	repo, err := os.Getwd()
 	if err != nil {
 		return err
@@ -155,8 +142,7 @@ func idleOnly(events int, out, bin string, d time.Duration) error {
 		return err
 	}
 	printIdle(res.Idle)
-	data, _ = json.MarshalIndent(res, "", "  ")
-	return os.WriteFile(out, append(data, '\n'), 0o644)
+	return writeResult(out, res)
 }
 
 // printIdle prints the idle figures.

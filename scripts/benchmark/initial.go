@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -59,28 +58,16 @@ CREATE TABLE typed (
 // out's initial-load figures, keeping the rest of out.
 func initialOnly(rows int, out, bin, profileDir string) error {
 	ctx := context.Background()
-	var res Result
-	data, err := os.ReadFile(out)
-	if err == nil {
-		err = json.Unmarshal(data, &res)
-	}
-	if err != nil {
-		return fmt.Errorf("read %s, which -initial-only adds to: %v", out, err)
-	}
-	work, err := os.MkdirTemp("", "lakeflow-bench-initial-")
+	res, err := readResult(out, "-initial-only")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
-	os.Chmod(work, 0o755)
-	if bin, err = lakeflowBinary(bin, work); err != nil {
-		return err
-	}
-	cl, dsn, err := startShop(ctx, work)
+	wb, err := newWorkbench(ctx, "lakeflow-bench-initial-", bin)
 	if err != nil {
 		return err
 	}
-	defer cl.Stop()
+	defer wb.close(false)
+	work, bin, dsn := wb.work, wb.bin, wb.dsn
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return err
@@ -149,8 +136,7 @@ func initialOnly(rows int, out, bin, profileDir string) error {
 	r.Ratio = r.Rate / r.CopyRate
 	res.InitialLoad = r
 	printInitial(r)
-	data, _ = json.MarshalIndent(res, "", "  ")
-	return os.WriteFile(out, append(data, '\n'), 0o644)
+	return writeResult(out, res)
 }
 
 // printInitial prints the initial-load figures.

@@ -241,6 +241,60 @@ func startShop(ctx context.Context, work string) (*postgres.Cluster, string, err
 	return cl, dsn, nil
 }
 
+// workbench is a working directory with the lakeflow binary to measure
+// and a private PostgreSQL holding the demo's shop.
+type workbench struct {
+	work, bin, dsn string
+	cl             *postgres.Cluster
+}
+
+// newWorkbench makes one under a new directory named after prefix, with
+// bin (built from the working tree if "").
+func newWorkbench(ctx context.Context, prefix, bin string) (*workbench, error) {
+	work, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, err
+	}
+	os.Chmod(work, 0o755)
+	w := &workbench{work: work}
+	if w.bin, err = lakeflowBinary(bin, work); err == nil {
+		w.cl, w.dsn, err = startShop(ctx, work)
+	}
+	if err != nil {
+		os.RemoveAll(work)
+		return nil, err
+	}
+	return w, nil
+}
+
+// close stops its PostgreSQL and, unless keep, removes the directory.
+func (w *workbench) close(keep bool) {
+	w.cl.Stop()
+	if !keep {
+		os.RemoveAll(w.work)
+	}
+}
+
+// readResult reads out, the result a measurement made alone (the -…-only
+// modes) adds its figures to.
+func readResult(out, mode string) (Result, error) {
+	var res Result
+	data, err := os.ReadFile(out)
+	if err == nil {
+		err = json.Unmarshal(data, &res)
+	}
+	if err != nil {
+		return res, fmt.Errorf("read %s, which %s adds to: %v", out, mode, err)
+	}
+	return res, nil
+}
+
+// writeResult writes res to out.
+func writeResult(out string, res Result) error {
+	data, _ := json.MarshalIndent(res, "", "  ")
+	return os.WriteFile(out, append(data, '\n'), 0o644)
+}
+
 // step says what the benchmark does now.
 func step(format string, args ...any) { fmt.Fprintf(os.Stderr, "· "+format+"\n", args...) }
 
@@ -264,23 +318,12 @@ func measurePublishing(sizes string) error {
 
 func run(events int, out string, keep, quick bool, profileDir, bin string, idleFor time.Duration) error {
 	ctx := context.Background()
-	work, err := os.MkdirTemp("", "lakeflow-bench-")
+	wb, err := newWorkbench(ctx, "lakeflow-bench-", bin)
 	if err != nil {
 		return err
 	}
-	if !keep {
-		defer os.RemoveAll(work)
-	}
-	os.Chmod(work, 0o755)
-
-	if bin, err = lakeflowBinary(bin, work); err != nil {
-		return err
-	}
-	cl, dsn, err := startShop(ctx, work)
-	if err != nil {
-		return err
-	}
-	defer cl.Stop()
+	defer wb.close(keep)
+	work, bin, dsn, cl := wb.work, wb.bin, wb.dsn, wb.cl
 	repo, err := os.Getwd()
 	if err != nil {
 		return err
