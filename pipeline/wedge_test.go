@@ -464,6 +464,16 @@ func TestSlotDroppedByAnOperator(t *testing.T) {
 	h.run(t, Options{})
 	pgtest.Exec(t, h.dsn, `SELECT pg_drop_replication_slot('`+h.cfg.Source.Slot+`')`,
 		`DELETE FROM t WHERE id <= 5`, `UPDATE t SET v = -v WHERE id > 15`, `INSERT INTO t VALUES (21, 21)`)
+	resyncsAll(t, h)
+	assertLakeExactlyOnce(t, h.cfg, "public.t")
+	assertSameSilver(t, h.cfg.Warehouse.Path, backfillFromLakeAlone(t, h), "t")
+}
+
+// resyncsAll checks that a run stops for the lost slot naming lakeflow
+// resync --all, and that the command gets past it: the slot is made again,
+// and silver (of table t) follows the source, then and after a change.
+func resyncsAll(t *testing.T, h *harness) {
+	t.Helper()
 	err := runWatched(t, h.cfg, Options{}, h.log)
 	if !errors.Is(err, fault.ErrSource) || !strings.Contains(err.Error(), "run lakeflow resync --all") {
 		t.Fatalf("want a stop that names lakeflow resync --all, got %v", err)
@@ -479,8 +489,6 @@ func TestSlotDroppedByAnOperator(t *testing.T) {
 	pgtest.Exec(t, h.dsn, `UPDATE t SET v = 0 WHERE id = 10`)
 	h.run(t, Options{})
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
-	assertLakeExactlyOnce(t, h.cfg, "public.t")
-	assertSameSilver(t, h.cfg.Warehouse.Path, backfillFromLakeAlone(t, h), "t")
 }
 
 // TestSlotInvalidated: PostgreSQL invalidates the slot while lakeflow is
@@ -507,18 +515,7 @@ func TestSlotInvalidated(t *testing.T) {
 	if status != "lost" {
 		t.Fatalf("the slot's wal_status is %q, want lost: the test proves nothing", status)
 	}
-	err := runWatched(t, h.cfg, Options{}, h.log)
-	if !errors.Is(err, fault.ErrSource) || !strings.Contains(err.Error(), "run lakeflow resync --all") {
-		t.Fatalf("want a stop that names lakeflow resync --all, got %v", err)
-	}
-	if _, _, err := RequestResync(h.cfg, nil, true); err != nil {
-		t.Fatal(err)
-	}
-	h.run(t, Options{})
-	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
-	pgtest.Exec(t, h.dsn, `UPDATE t SET v = 0 WHERE id = 10`)
-	h.run(t, Options{})
-	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t")
+	resyncsAll(t, h)
 }
 
 // TestColumnFilledByATableRewrite: a column added with a DEFAULT
