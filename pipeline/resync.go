@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/lakeflow/lakeflow/pipeline/config"
@@ -77,21 +76,6 @@ func tableList(tables []config.Table) string {
 		names[i] = t.String()
 	}
 	return strings.Join(names, ", ")
-}
-
-// dataDirLocked reports whether a lakeflow process holds the data
-// directory's lock.
-func dataDirLocked(dir string) bool {
-	f, err := os.Open(filepath.Join(dir, "lakeflow.lock"))
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		return true
-	}
-	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-	return false
 }
 
 // resyncWatch hands the source the request files of data_dir/requests.
