@@ -72,6 +72,13 @@ func printStatus(w io.Writer, r *pipeline.StatusReport) {
 		}
 		fmt.Fprintf(w, "inactive slot %s%s: read by no one, holds %d bytes of WAL; unless another tool uses it, run %s\n", s.Name, lost, s.RetainedBytes, s.Drop())
 	}
+	for _, p := range r.Parked {
+		if p.Released != 0 {
+			fmt.Fprintf(w, "released      %s: catching up on its changes since %s\n", p.Table, p.At)
+			continue
+		}
+		fmt.Fprintf(w, "PARKED        %s since %s (at %s), its changes held in the WAL: %s; %s\n", p.Table, time.UnixMicro(p.Since).Format(time.DateTime), p.At, p.Reason, p.Fix)
+	}
 	for _, c := range r.Copies {
 		how := "copied while the stream runs"
 		if c.Reconcile {

@@ -121,6 +121,27 @@ func Check(ctx context.Context, cfg *config.Config, only string, log *slog.Logge
 
 func (r *CheckReport) add(f Finding) { r.Findings = append(r.Findings, f) }
 
+// checkParked reports the tables parked as of the published copy (none
+// if there is none yet).
+func (r *CheckReport) checkParked(ctx context.Context, cfg *config.Config) {
+	rd, err := warehouse.OpenReader(ctx, cfg.Warehouse.Path)
+	if err != nil {
+		return
+	}
+	defer rd.Close()
+	state := publishedState(ctx, rd)
+	if state == nil {
+		return
+	}
+	for _, p := range state.Parked {
+		if p.Released != 0 {
+			continue
+		}
+		r.add(Finding{Part: PartContracts, Check: "source.parked_table", Severity: "error", Dataset: p.Table, Count: 1,
+			Message: fmt.Sprintf("the table is parked: its changes from %s on wait in the WAL while the other tables go on: %s", p.At, p.Reason), Fix: p.Fix})
+	}
+}
+
 // checkSource judges the live source's schema of every captured table
 // against what lakeflow knows (the lake's newest schema) under its
 // contract, as run would: additive and widening changes are warnings
@@ -160,6 +181,7 @@ func (r *CheckReport) checkSource(ctx context.Context, cfg *config.Config, set c
 			Message: fmt.Sprintf("replication slot %s is read by no one and holds %d bytes of WAL on the source, which PostgreSQL cannot remove while it exists", s.Name, s.RetainedBytes),
 			Fix:     "unless another tool uses it: " + s.Drop()})
 	}
+	r.checkParked(ctx, cfg)
 	known := view.Schemas()
 	for _, t := range gone {
 		f := Finding{Part: PartContracts, Check: "source.table_gone", Severity: "warning", Dataset: t.String(), Count: 1,

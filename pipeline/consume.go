@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/lakeflow/lakeflow/contracts"
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/kafka"
@@ -101,6 +102,9 @@ type consumer struct {
 	// checks delivers the results of scheduled checks (lakeflow.checks),
 	// recorded while idle; nil when none are scheduled.
 	checks <-chan checkRun
+	// edits delivers edited contracts (lakeflow run --follow): the
+	// warehouse's rules follow them between batches.
+	edits chan contracts.Set
 	// pub publishes the warehouse between batches (nil: never).
 	pub *publisher
 	// metrics, if set, are exposed to Prometheus.
@@ -195,8 +199,11 @@ func (c *consumer) loop(ctx context.Context) error {
 		// and the published copy when it is due. The batch being applied
 		// ends first when either waits for it.
 		var err error
-		if f := c.flight; f != nil && (f.landed() || len(c.checks) > 0 || c.pub.waiting(c.kafka.Behind(), f.batch.Watermark != nil)) {
+		if f := c.flight; f != nil && (f.landed() || len(c.checks) > 0 || len(c.edits) > 0 || c.pub.waiting(c.kafka.Behind(), f.batch.Watermark != nil)) {
 			err = c.settle(ctx)
+		}
+		if err == nil && c.flight == nil {
+			err = c.takeContracts(ctx)
 		}
 		if err == nil && c.flight == nil {
 			err = c.recordChecks(ctx)
@@ -1056,4 +1063,15 @@ func reached(pos map[string]warehouse.TopicPosition, target map[string]map[int32
 		}
 	}
 	return true
+}
+
+// takeContracts gives the warehouse edited contracts, if any came: the
+// rules of the batches from now on are theirs.
+func (c *consumer) takeContracts(ctx context.Context) error {
+	select {
+	case set := <-c.edits:
+		return c.wh.SetContracts(statement(ctx), set)
+	default:
+		return nil
+	}
 }

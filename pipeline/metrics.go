@@ -143,3 +143,29 @@ func (m *metrics) serve(ctx context.Context, ln net.Listener, log *slog.Logger) 
 	}()
 	log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 }
+
+// parkedCollector reports, at each scrape, the tables parked for a change
+// of their shape (lakeflow_table_parked 1 per table, since when in
+// lakeflow_table_parked_since_timestamp_seconds).
+func parkedCollector(list func() []change.ParkedTable) prometheus.Collector {
+	return parked{list: list,
+		parked: prometheus.NewDesc("lakeflow_table_parked", "A table whose change of shape waits for a contract edit or a resync (1); its changes wait in the WAL.", []string{"table"}, nil),
+		since:  prometheus.NewDesc("lakeflow_table_parked_since_timestamp_seconds", "When the table was parked (Unix time).", []string{"table"}, nil)}
+}
+
+type parked struct {
+	list          func() []change.ParkedTable
+	parked, since *prometheus.Desc
+}
+
+func (p parked) Describe(ch chan<- *prometheus.Desc) {
+	ch <- p.parked
+	ch <- p.since
+}
+
+func (p parked) Collect(ch chan<- prometheus.Metric) {
+	for _, t := range p.list() {
+		ch <- prometheus.MustNewConstMetric(p.parked, prometheus.GaugeValue, 1, t.Table)
+		ch <- prometheus.MustNewConstMetric(p.since, prometheus.GaugeValue, float64(t.Since)/1e6, t.Table)
+	}
+}

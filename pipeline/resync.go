@@ -147,20 +147,14 @@ func (w *resyncWatch) initial() chan postgres.Resync {
 // watch hands over the requests made from now on, every second until ctx
 // ends.
 func (w *resyncWatch) watch(ctx context.Context, out chan<- postgres.Resync) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	eachSecond(ctx, func() bool {
 		for _, p := range w.pending() {
 			select {
 			case out <- postgres.Resync{Tables: p.req.Tables, Accepted: w.done(p.path)}:
 			case <-ctx.Done():
-				return
+				return false
 			}
 		}
-	}
+		return true
+	})
 }

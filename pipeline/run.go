@@ -163,6 +163,10 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	c.applied.Store(uint64(applied))
 	resyncs := newResyncWatch(cfg.DataDir, log)
 	requests := resyncs.initial()
+	var edits chan contracts.Set
+	if opts.Follow {
+		edits, c.edits = make(chan contracts.Set, 1), make(chan contracts.Set, 1)
+	}
 	src := postgres.NewSource(postgres.SourceConfig{
 		DSN: env.dsn, Tables: cfg.Source.Tables, Slot: cfg.Source.Slot,
 		Publication: cfg.Source.Publication, Heartbeat: cfg.Source.Heartbeat,
@@ -170,8 +174,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		Delivered: wh.Floor(),
 		Fallback:  fallback, FallbackSchemas: wh.Schemas(),
 		Contracts: set, Key: sg.key,
-		Resyncs: requests,
+		Resyncs: requests, ContractEdits: edits,
 	}, log)
+	if c.metrics != nil {
+		c.metrics.reg.MustRegister(parkedCollector(src.Parked))
+	}
 
 	started := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
@@ -182,6 +189,10 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	if opts.Follow {
 		g.Go(func() error {
 			resyncs.watch(gctx, requests)
+			return nil
+		})
+		g.Go(func() error {
+			watchContracts(gctx, cfg, log, edits, c.edits)
 			return nil
 		})
 	}
@@ -239,6 +250,17 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		if err := src.ConfirmStopped(ctx, prod); err != nil {
 			log.Warn("the slot stays where the stream left it: the next start reads the WAL from there again", "err", err)
 		}
+	}
+	if parked := src.Parked(); len(parked) > 0 && !opts.Follow {
+		// The other tables are applied; the run says what holds these.
+		if err := pub.final(ctx); err != nil {
+			return err
+		}
+		reasons := make([]string, len(parked))
+		for i, p := range parked {
+			reasons[i] = fmt.Sprintf("%s; the table's changes from %s on wait in the WAL, where the slot keeps them, so nothing is lost (the other tables went on): %s", p.Reason, p.At, p.Fix)
+		}
+		return fmt.Errorf("%w: %s", fault.ErrSchemaBreak, strings.Join(reasons, "; "))
 	}
 	if err := pub.final(ctx); err != nil {
 		return err

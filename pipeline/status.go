@@ -32,7 +32,11 @@ type StatusReport struct {
 	InactiveSlots []postgres.InactiveSlot `json:"inactive_slots,omitempty"`
 	// Copies are the tables being copied while the stream runs (added,
 	// or resynced), as of the published copy.
-	Copies   []change.TableCopy   `json:"copies,omitempty"`
+	Copies []change.TableCopy `json:"copies,omitempty"`
+	// Parked are the tables whose change of shape waits for a contract
+	// edit or a resync (and those released, catching up), as of the
+	// published copy.
+	Parked   []change.ParkedTable `json:"parked,omitempty"`
 	Topics   []TopicLag           `json:"consumer_lag,omitempty"`
 	Datasets []DatasetFreshness   `json:"freshness,omitempty"`
 	Held     HeldStatus           `json:"held"`
@@ -169,12 +173,8 @@ func (r *StatusReport) warehouse(ctx context.Context, rd *warehouse.Reader, cfg 
 		}
 		r.LastBatch = &b
 	}
-	var state string
-	if rd.QueryRow(ctx, "SELECT state::VARCHAR FROM lakeflow.source_state WHERE id = 1", &state) == nil {
-		var s change.SourceState
-		if json.Unmarshal([]byte(state), &s) == nil {
-			r.Copies = s.Copies
-		}
+	if s := publishedState(ctx, rd); s != nil {
+		r.Copies, r.Parked = s.Copies, s.Parked
 	}
 	if err := rd.QueryRow(ctx, "SELECT count(*) FROM lakeflow.quarantine", &r.Held.Quarantined); err != nil {
 		return err
@@ -308,4 +308,18 @@ func (r *StatusReport) consumerLag(ctx context.Context, cfg *config.Config, rd *
 		// which make no batch) are no lag.
 		r.Topics[0].Lag = 0
 	}
+}
+
+// publishedState is the source's state as the published copy holds it,
+// or nil.
+func publishedState(ctx context.Context, rd *warehouse.Reader) *change.SourceState {
+	var state string
+	if rd.QueryRow(ctx, "SELECT state::VARCHAR FROM lakeflow.source_state WHERE id = 1", &state) != nil {
+		return nil
+	}
+	var s change.SourceState
+	if json.Unmarshal([]byte(state), &s) != nil {
+		return nil
+	}
+	return &s
 }

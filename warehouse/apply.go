@@ -482,12 +482,13 @@ func (w *Warehouse) decode(ctx context.Context, t *table, n *staged) (rowsInfo, 
 		return info, err
 	}
 	rows := decodedTable(t.id)
+	floor := w.tableFloor(t)
 	var dead, ko, stale int
 	if err := w.conn.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FILTER (dlq_reason IS NOT NULL),
 		count(*) FILTER (key_only AND dlq_reason IS NULL), count(*) FILTER (_cdc_seq <= %[1]d AND dlq_reason IS NULL),
 		count(*) FILTER (op = 't' AND _cdc_seq > %[1]d AND dlq_reason IS NULL),
 		count(*) FILTER (unchanged IS NOT NULL AND _cdc_seq > %[1]d AND dlq_reason IS NULL) > 0,
-		count(*) FILTER (op = 'm' AND _cdc_seq > %[1]d AND dlq_reason IS NULL) FROM %[2]s`, w.floor, rows)).
+		count(*) FILTER (op = 'm' AND _cdc_seq > %[1]d AND dlq_reason IS NULL) FROM %[2]s`, floor, rows)).
 		Scan(&dead, &ko, &stale, &info.truncates, &info.unchanged, &info.reconciles); err != nil {
 		return info, err
 	}
@@ -505,7 +506,7 @@ func (w *Warehouse) decode(ctx context.Context, t *table, n *staged) (rowsInfo, 
 		// Events at or before the last consistent batch are applied and in
 		// the lake already (the Kafka log was read again from its start).
 		// (A filter in the parse would decode every envelope twice.)
-		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf("DELETE FROM %s WHERE dlq_reason IS NOT NULL OR _cdc_seq <= %d", rows, w.floor)); err != nil {
+		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf("DELETE FROM %s WHERE dlq_reason IS NOT NULL OR _cdc_seq <= %d", rows, floor)); err != nil {
 			return info, err
 		}
 	}
@@ -521,6 +522,16 @@ func (w *Warehouse) decode(ctx context.Context, t *table, n *staged) (rowsInfo, 
 		}
 	}
 	return info, nil
+}
+
+// tableFloor is the position at or before which t's events are applied:
+// the last consistent batch's, but for a table released from parking
+// whose changes are still coming, where it was parked.
+func (w *Warehouse) tableFloor(t *table) change.LSN {
+	if b := t.schema.Backlog; b != nil && w.floor < b.To {
+		return min(w.floor, b.From-1)
+	}
+	return w.floor
 }
 
 // decodeRows makes the decoded table of a table's staged envelopes: parseSQL

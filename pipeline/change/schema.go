@@ -121,7 +121,21 @@ type Table struct {
 	// conversion only through a FLOAT (read as a double, 0.6666667 is
 	// not the float4 0.6666666865348816 PostgreSQL's rewrite keeps).
 	Reals []Former `json:"reals,omitempty"`
-	keys  []int
+	// Backlog, set on the schema of a table that was parked (a change of
+	// its shape waited for a contract edit or a resync), says that its
+	// changes with positions from Backlog.From to Backlog.To arrive after
+	// the warehouse went past them with the other tables: they are not
+	// stale.
+	Backlog *Backlog `json:"backlog,omitempty"`
+	keys    []int
+}
+
+// Backlog is the span of a released table's changes that are read from
+// the WAL again: From is where the table was parked, To the WAL's end
+// when it was released.
+type Backlog struct {
+	From LSN `json:"from"`
+	To   LSN `json:"to"`
 }
 
 // Former is a name a column had: events before Before carry Column under

@@ -21,6 +21,29 @@ type SourceState struct {
 	// to source.tables after the initial snapshot, or resynced), in the
 	// order they are copied.
 	Copies []TableCopy `json:"copies,omitempty"`
+	// Parked are the tables whose change of shape lakeflow cannot follow
+	// by itself (a contract refuses it, or only a copy can say the values
+	// it wrote): their changes wait in the WAL while the others go on.
+	Parked []ParkedTable `json:"parked,omitempty"`
+}
+
+// ParkedTable is a table whose changes from At on are not handed over:
+// the slot is confirmed no further than the transaction before At, so
+// the WAL keeps them until a contract edit or a resync releases the
+// table and the stream reads them again.
+type ParkedTable struct {
+	Table string   `json:"table"`
+	At    Position `json:"at"`
+	// Reason is the refusal; Fix what releases the table.
+	Reason string `json:"reason"`
+	Fix    string `json:"fix"`
+	// Released, once set, is the WAL's end when the table was released:
+	// its changes from At up to there are handed over although
+	// downstream is past them, and the slot stays held until downstream
+	// has applied up to there.
+	Released LSN `json:"released,omitempty"`
+	// Since is when the table was parked (µs since the epoch).
+	Since int64 `json:"since_us"`
 }
 
 // TableCopy is where the copy of one table stands: it goes in chunks of

@@ -16,6 +16,9 @@ import (
 // WAL again (a 5,000,000-change backlog: a core for ~20 s). PostgreSQL
 // advances a logical slot without decoding the changes (fast forward).
 func (s *Source) ConfirmStopped(ctx context.Context, sink Sink) error {
+	if err := s.settleParked(ctx, s.downstream(sink)); err != nil {
+		return err
+	}
 	lsn := pglogrepl.LSN(s.confirmable(sink))
 	conn, err := connect(ctx, s.cfg.DSN)
 	if err != nil {

@@ -53,10 +53,11 @@ type chunk struct {
 	done    chan struct{} // the stream saw the high watermark
 	// Set by the stream at the low watermark: the table's schema (the
 	// columns the copier reads), the watermark's position, and why the
-	// copy cannot go on (the table is gone).
-	table *change.Table
-	since change.LSN
-	err   error
+	// copy cannot go on (the table is gone, or parked).
+	table  *change.Table
+	since  change.LSN
+	err    error
+	parked bool
 	// What the copy says of itself: reconcile (its last chunk ends with
 	// a reconcile mark), and where it began (0: at this chunk).
 	reconcile bool
@@ -166,6 +167,10 @@ func (s *Source) copyMark(ctx context.Context, cat *catalog, sink Sink, schemas 
 	switch kind {
 	case "L":
 		defer close(ch.opened)
+		if s.isParked(ch.tableID) {
+			ch.parked = true
+			return nil
+		}
 		t := schemas[ch.tableID]
 		if ch.first || t == nil {
 			rel, err := cat.relationByName(ctx, ch.cfg.schema, ch.cfg.name)
@@ -179,7 +184,13 @@ func (s *Source) copyMark(ctx context.Context, cat *catalog, sink Sink, schemas 
 			if err != nil {
 				return connLost{err}
 			}
-			if err := s.publishSchema(ctx, sink, schemas, t, rel, pos, true); err != nil {
+			err = s.publishSchema(ctx, sink, schemas, t, rel, pos, true)
+			var stop *schemaStop
+			if errors.As(err, &stop) {
+				ch.parked = true
+				return s.park(ctx, stop)
+			}
+			if err != nil {
 				return err
 			}
 			t = schemas[ch.tableID]
@@ -195,7 +206,7 @@ func (s *Source) copyMark(ctx context.Context, cat *catalog, sink Sink, schemas 
 		w := s.copies.windows[ch.tableID]
 		delete(s.copies.windows, ch.tableID)
 		ch.end = lsn
-		if ch.table == nil || w == nil || w.truncated || schemas[ch.tableID] != ch.table {
+		if ch.table == nil || w == nil || w.truncated || schemas[ch.tableID] != ch.table || s.isParked(ch.tableID) {
 			ch.redo = true
 			return nil
 		}
@@ -241,11 +252,12 @@ func (s *Source) runCopies(ctx context.Context, sink Sink, store StateStore, sta
 	defer s.Stats.Copy.Store(nil)
 	for {
 		s.stateMu.Lock()
-		if len(state.Copies) == 0 {
+		next := s.nextCopy()
+		if next < 0 {
 			s.stateMu.Unlock()
 			return nil
 		}
-		c := state.Copies[0]
+		c := state.Copies[next]
 		progress := &CopyProgress{Table: c.Table, Left: len(state.Copies) - 1}
 		s.stateMu.Unlock()
 		progress.Rows.Store(c.Rows)
@@ -258,6 +270,9 @@ func (s *Source) runCopies(ctx context.Context, sink Sink, store StateStore, sta
 			ch, err := s.copyChunk(ctx, conn, sink, &c, ref, redone >= maxRedo, resolve, stopped)
 			if err != nil {
 				return err
+			}
+			if ch.parked {
+				break
 			}
 			if ch.err != nil {
 				s.log.Warn("a table being copied no longer exists in the source; its copy ends", "table", c.Table, "err", ch.err)
@@ -289,6 +304,9 @@ func (s *Source) runCopies(ctx context.Context, sink Sink, store StateStore, sta
 				return err
 			}
 			s.log.Debug("chunk copied", "table", c.Table, "rows", c.Rows)
+		}
+		if s.isParked(c.Table) {
+			continue // its copy goes on once it is released
 		}
 		done := func() {
 			i := copyIndex(state.Copies, c.Table)
@@ -324,8 +342,10 @@ type Resync struct {
 }
 
 // resync schedules the copies a Resync asks for (a table already being
-// copied is copied again after).
-func (s *Source) resync(ctx context.Context, store StateStore, state *change.SourceState, r Resync) error {
+// copied is copied again after), and releases the tables among them that
+// are parked: it reports whether one was parked in this session (the
+// stream must read the WAL again for it).
+func (s *Source) resync(ctx context.Context, store StateStore, state *change.SourceState, r Resync) (bool, error) {
 	tables := r.Tables
 	if tables == nil {
 		tables = state.Tables
@@ -339,13 +359,36 @@ func (s *Source) resync(ctx context.Context, store StateStore, state *change.Sou
 		s.referencedFirst(state.Copies)
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	s.log.Info("resync requested: the tables are copied again while the others stream, and rows gone from the source deleted", "tables", tables)
+	rewind := false
+	for _, id := range tables {
+		now, err := s.release(ctx, id, "lakeflow resync")
+		if err != nil {
+			return false, err
+		}
+		rewind = rewind || now
+	}
 	if r.Accepted != nil {
 		r.Accepted()
 	}
-	return nil
+	return rewind, nil
+}
+
+// copiesLeft reports whether a copy waits that the copier can make: one
+// of a table that is not parked.
+func (s *Source) copiesLeft() bool {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	return s.nextCopy() >= 0
+}
+
+// nextCopy is the place in the state's copies of the first whose table
+// is not parked in this session, or -1; stateMu is held. A parked
+// table's copy waits for its release, which starts a new session.
+func (s *Source) nextCopy() int {
+	return slices.IndexFunc(s.state.Copies, func(c change.TableCopy) bool { return s.parkedNow[c.Table] == nil })
 }
 
 // referencedFirst orders copies so that a table a contract's existence
@@ -422,7 +465,7 @@ func (s *Source) copyChunk(ctx context.Context, conn *pgx.Conn, sink Sink, c *ch
 		return nil, err
 	}
 	switch {
-	case ch.err != nil:
+	case ch.err != nil || ch.parked:
 		return ch, nil
 	case ch.table == nil:
 		return nil, context.Canceled // the stream stopped at the watermark, with its own error

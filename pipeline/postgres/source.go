@@ -88,6 +88,10 @@ type SourceConfig struct {
 	// starts first. One for every table (Tables nil) is also the way
 	// out of a lost slot.
 	Resyncs <-chan Resync
+	// ContractEdits brings the contracts again when their files change
+	// (lakeflow run --follow): a table parked for a change they now
+	// accept is released.
+	ContractEdits <-chan contracts.Set
 }
 
 // Stats are the source's counters, safe to read while it runs.
@@ -141,9 +145,14 @@ type Source struct {
 	// state is the source's state once it streams (its copies are read
 	// under stateMu).
 	state *change.SourceState
+	store StateStore
 	// stateMu orders changes of the state's copies, and their saving,
-	// between the copier and the stream's goroutine.
+	// between the copier and the stream's goroutine; it guards parkedNow
+	// and cfg.Contracts too.
 	stateMu sync.Mutex
+	// parkedNow are the tables parked in this stream session, with the
+	// shape that was refused: their changes are skipped.
+	parkedNow map[string]*change.Table
 }
 
 // NewSource returns a Source; nothing connects until Run.
@@ -152,7 +161,7 @@ func NewSource(cfg SourceConfig, log *slog.Logger) *Source {
 		cfg.BufferBytes = 64 << 20
 	}
 	return &Source{cfg: cfg, log: log, streaming: make(chan struct{}),
-		ignored: map[*change.Table]bool{}, skipped: map[string]bool{}}
+		ignored: map[*change.Table]bool{}, skipped: map[string]bool{}, parkedNow: map[string]*change.Table{}}
 }
 
 // Streaming is closed once the snapshot is complete and the replication
@@ -170,6 +179,7 @@ func (s *Source) Run(ctx context.Context, sink Sink, store StateStore, drain <-c
 		return err
 	}
 	defer conn.Close(context.Background())
+	s.store = store
 	state, err := store.LoadState(ctx)
 	if err != nil {
 		return err
@@ -316,6 +326,9 @@ func (s *Source) replaceLostSlot(ctx context.Context, conn *pgx.Conn, store Stat
 	}
 	repl.Close(ctx)
 	err = s.saveCopies(ctx, store, state, func() {
+		// The WAL a parked table waited in is gone with the slot: its
+		// copy judges its shape again.
+		state.Parked = nil
 		state.Copies = state.Copies[:0]
 		for _, t := range present {
 			state.Copies = append(state.Copies, change.TableCopy{Table: t.String(), Reconcile: true})
@@ -357,6 +370,8 @@ func (s *Source) planCopies(state *change.SourceState, schemas map[string]*chang
 		}
 		s.log.Info("a table taken out of source.tables is no longer captured; its silver, history and lake stay", "table", id)
 		state.Copies = slices.DeleteFunc(state.Copies, func(c change.TableCopy) bool { return c.Table == id })
+		// Parked, it held the slot: its changes are not wanted any more.
+		state.Parked = slices.DeleteFunc(state.Parked, func(p change.ParkedTable) bool { return p.Table == id })
 		changed = true
 		return true
 	})
@@ -424,14 +439,13 @@ func (s *Source) publishSchema(ctx context.Context, sink Sink, schemas map[strin
 	copied = copied || s.copying(t.ID())
 	if prev != nil {
 		stop := func(err error) error {
-			next := "after the contract change, lakeflow run goes on from there"
+			next := "edit the contract: lakeflow run --follow takes the edit within seconds, any other lakeflow run at its start"
 			if errors.Is(err, ErrUnknownValues) {
 				// No contract can say what PostgreSQL wrote into the
 				// rows: they must be read again.
-				next = fmt.Sprintf("run lakeflow resync %s: the next lakeflow run copies its rows again, their new values with them", t.ID())
+				next = fmt.Sprintf("run lakeflow resync %s: lakeflow copies its rows again, their new values with them", t.ID())
 			}
-			return fmt.Errorf("%w: %v; ingestion stopped at %s before writing any change of that transaction, and the slot stays there, so nothing is lost: %s",
-				fault.ErrSchemaBreak, err, at, next)
+			return &schemaStop{table: t, at: at, reason: err, fix: next}
 		}
 		d, accepted, err := contracts.Judge(s.cfg.Contracts.For(t.Schema, t.Name), prev, t)
 		var refusal *contracts.Refusal
@@ -468,11 +482,26 @@ func (s *Source) publishSchema(ctx context.Context, sink Sink, schemas map[strin
 		}
 		s.log.Info("source table evolved", "table", t.ID(), "added", added, "changes", describe(d), "accepted_by_contract", accepted, "lsn", at)
 	}
+	if p := s.parkedEntry(t.ID()); p != nil && p.Released == 0 && !at.Less(p.At) {
+		// Parked before this run, and accepted now: the contract was
+		// edited, or a resync asked for, while it was stopped.
+		if _, err := s.release(ctx, t.ID(), "a change made while lakeflow was stopped"); err != nil {
+			return err
+		}
+	}
+	backlog(s.state, t, at)
 	if err := sink.Schema(ctx, t); err != nil {
 		return err
 	}
 	schemas[t.ID()] = t
 	return nil
+}
+
+// parkedEntry is the state's entry for a parked table id, or nil.
+func (s *Source) parkedEntry(id string) *change.ParkedTable {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	return parked(s.state, id)
 }
 
 // copying reports whether a copy of the table is scheduled or under way.

@@ -45,6 +45,9 @@ func (s *Source) stream(ctx context.Context, sink Sink, store StateStore, state 
 	for {
 		began := time.Now()
 		err := s.streamOnce(ctx, sink, store, state, schemas, drain)
+		if errors.Is(err, errRewind) && ctx.Err() == nil {
+			continue
+		}
 		var lost connLost
 		if err == nil || ctx.Err() != nil || !errors.As(err, &lost) {
 			return err
@@ -123,8 +126,12 @@ func (s *Source) streamOnce(ctx context.Context, sink Sink, store StateStore, st
 	s.log.Info("streaming", "slot", s.cfg.Slot, "from", change.LSN(confirmed))
 	s.once.Do(func() { close(s.streaming) })
 
-	// Windows of chunks a copier before a reconnect opened never close.
+	// Windows of chunks a copier before a reconnect opened never close;
+	// a table parked before is judged again when its change comes.
 	s.copies.windows = nil
+	s.stateMu.Lock()
+	clear(s.parkedNow)
+	s.stateMu.Unlock()
 	msgs := make(chan walMsg, 1<<16)
 	readErr := make(chan error, 1)
 	replyNow := make(chan struct{}, 1)
@@ -166,15 +173,17 @@ func (s *Source) streamOnce(ctx context.Context, sink Sink, store StateStore, st
 		s.held = append(s.held, <-s.cfg.Resyncs)
 	}
 	for len(s.held) > 0 {
-		if err := s.resync(ctx, store, state, s.held[0]); err != nil {
+		if _, err := s.resync(ctx, store, state, s.held[0]); err != nil {
 			return err
 		}
 		s.held = s.held[1:]
 	}
-	if len(state.Copies) > 0 {
+	if s.copiesLeft() {
 		startCopies()
 	}
 	drainAfterCopies := false
+	settle := time.NewTicker(statusInterval)
+	defer settle.Stop()
 
 	drainCh := drain
 	nonce := ""
@@ -194,11 +203,27 @@ func (s *Source) streamOnce(ctx context.Context, sink Sink, store StateStore, st
 				return err
 			}
 		case r := <-s.cfg.Resyncs:
-			if err := s.resync(ctx, store, state, r); err != nil {
+			rewind, err := s.resync(ctx, store, state, r)
+			if err != nil {
 				return err
 			}
-			if copying == nil {
+			if rewind {
+				return errRewind
+			}
+			if copying == nil && s.copiesLeft() {
 				startCopies()
+			}
+		case set := <-s.cfg.ContractEdits:
+			rewind, err := s.contractsEdited(ctx, set, schemas)
+			if err != nil {
+				return err
+			}
+			if rewind {
+				return errRewind
+			}
+		case <-settle.C:
+			if err := s.settleParked(ctx, s.downstream(sink)); err != nil {
+				return err
 			}
 		case err := <-copying:
 			copying = nil
@@ -208,10 +233,7 @@ func (s *Source) streamOnce(ctx context.Context, sink Sink, store StateStore, st
 				}
 				return err
 			}
-			s.stateMu.Lock()
-			more := len(state.Copies) > 0 // a resync that came as the copier ended
-			s.stateMu.Unlock()
-			if more {
+			if s.copiesLeft() { // a resync that came as the copier ended
 				startCopies()
 				continue
 			}
@@ -243,8 +265,15 @@ func (s *Source) streamOnce(ctx context.Context, sink Sink, store StateStore, st
 }
 
 // confirmable is the LSN the slot may be confirmed to: what the sink has
-// made durable, and no more than downstream has applied.
+// made durable, no more than downstream has applied, and not past a
+// parked table's first change.
 func (s *Source) confirmable(sink Sink) change.LSN {
+	return s.parkedLimit(s.downstream(sink))
+}
+
+// downstream is the LSN up to which the sink has made everything durable
+// and downstream has applied it.
+func (s *Source) downstream(sink Sink) change.LSN {
 	lsn := sink.Durable()
 	if s.cfg.Applied != nil {
 		lsn = min(lsn, s.cfg.Applied())
@@ -267,7 +296,7 @@ func (s *Source) handle(ctx context.Context, dec *Decoder, cat *catalog, sink Si
 	case ResultRows:
 		for i := range res.Events {
 			ev := &res.Events[i]
-			if s.ignored[ev.Table] || ev.Pos.Seq <= s.cfg.Delivered {
+			if s.ignored[ev.Table] || (ev.Pos.Seq <= s.cfg.Delivered && !backlogged(state, ev)) {
 				continue
 			}
 			if len(s.copies.windows) > 0 {
@@ -325,6 +354,11 @@ func (s *Source) relation(ctx context.Context, dec *Decoder, cat *catalog, sink 
 	for i, c := range rel.Columns {
 		cols[i] = rawColumn{Name: c.Name, OID: c.DataType, TypMod: c.TypeModifier}
 	}
+	if s.isParked(id) {
+		// Whatever shape it has now: its changes wait for the release.
+		s.skip(dec, rel)
+		return nil
+	}
 	configured := s.configured(rel.Namespace, rel.RelationName)
 	if !configured && (schemas[id] != nil || slices.Contains(state.Tables, id)) {
 		s.ignore(dec, rel, id, "taken out of source.tables")
@@ -365,21 +399,31 @@ func (s *Source) relation(ctx context.Context, dec *Decoder, cat *catalog, sink 
 		return fmt.Errorf("%w: table %s is in publication %s but not in source.tables (renamed?); ingestion stopped at %s",
 			fault.ErrSchemaBreak, id, s.cfg.Publication, at)
 	}
-	return s.publishSchema(ctx, sink, schemas, t, r, at, false)
+	err = s.publishSchema(ctx, sink, schemas, t, r, at, false)
+	var stop *schemaStop
+	if errors.As(err, &stop) {
+		s.ignored[t] = true
+		return s.park(ctx, stop)
+	}
+	return err
 }
 
-// ignore registers a relation whose changes are skipped, described by
-// its Relation message alone (the decoder needs its columns to read
-// them), and says so once per table.
+// ignore skips a relation's changes (skip), and says so once per table.
 func (s *Source) ignore(dec *Decoder, rel *pglogrepl.RelationMessage, id, why string) {
+	s.skip(dec, rel)
+	if !s.skipped[id] {
+		s.skipped[id] = true
+		s.log.Info("changes of a table that is not captured are skipped", "table", id, "because", why)
+	}
+}
+
+// skip registers a relation whose changes are skipped, described by its
+// Relation message alone (the decoder needs its columns to read them).
+func (s *Source) skip(dec *Decoder, rel *pglogrepl.RelationMessage) {
 	t := &change.Table{Schema: rel.Namespace, Name: rel.RelationName}
 	for _, c := range rel.Columns {
 		t.Columns = append(t.Columns, change.Column{Name: c.Name, Type: change.Type{Kind: change.KindOther}})
 	}
 	dec.SetTable(rel.RelationID, t)
 	s.ignored[t] = true
-	if !s.skipped[id] {
-		s.skipped[id] = true
-		s.log.Info("changes of a table that is not captured are skipped", "table", id, "because", why)
-	}
 }
