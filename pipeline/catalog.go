@@ -22,15 +22,16 @@ var operations = map[string][2]string{
 	"lakeflow.tables":         {"Every captured table: its Kafka topic, its silver table and its current schema.", "when a source schema changes"},
 	"lakeflow.offsets":        {"Where the warehouse stands in Kafka: the next offset of each topic partition, moved by each batch in its own transaction.", "every batch"},
 	"lakeflow.lake_files":     {"Every lake file: its table, commit day, Kafka span, positions, events, size and batch.", "every batch"},
-	"lakeflow.batches":        {"Every committed batch: whether it ends at a watermark (consistent), the source position and commit time it leaves silver at, and its size.", "every batch"},
+	"lakeflow.batches":        {"Every committed batch of the last bookkeeping.batches (7 days by default): whether it ends at a watermark (consistent), the source position and commit time it leaves silver at, and its size.", "every batch"},
+	"lakeflow.batch_hours":    {"Batches older than bookkeeping.batches, summarized per hour: how many, events, the batch numbers, and freshness (source commit to silver commit) mean and maximum.", "every hour"},
 	"lakeflow.schema_history": {"Every version of each captured table's schema, with the position it took effect at.", "when a source schema changes"},
 	"lakeflow.source_state":   {"The replication slot and snapshot lakeflow reads the source from.", "when the source's state changes"},
 	"lakeflow.quarantine":     {"Changes that broke a contract rule: table, key, every rule failed, the action, the row and its position.", "every batch"},
 	"lakeflow.dlq":            {"Events that cannot be applied (dead letters): topic, offset, stage, reason and raw payload.", "every batch"},
 	"lakeflow.gold_marts":     {"Every gold mart: the hash of its SQL and when it was last refreshed.", "every refresh"},
 	"lakeflow.gold_pending":   {"Partitions of gold marts that batches touched and that wait for their refresh: until the next published copy, or the mart's interval.", "every batch"},
-	"lakeflow.runs":           {"Every lakeflow run: start, end, events, batches, lake files, quarantined and dead-lettered events, time per phase, how it ended.", "every run"},
-	"lakeflow.checks":         {"The results of the data checks lakeflow run --follow runs on a schedule (check.interval): failures, warnings and how many passed.", "every check.interval"},
+	"lakeflow.runs":           {"Every lakeflow run of the last bookkeeping.runs (90 days by default): start, end, events, batches, lake files, quarantined and dead-lettered events, time per phase, how it ended.", "every run"},
+	"lakeflow.checks":         {"The results of the data checks lakeflow run --follow runs on a schedule (check.interval), of the last bookkeeping.checks (30 days by default): failures, warnings and how many passed.", "every check.interval"},
 }
 
 // DeriveCatalog derives the catalog from what lakeflow knows: the lake's

@@ -102,6 +102,10 @@ type consumer struct {
 	// checks delivers the results of scheduled checks (lakeflow.checks),
 	// recorded while idle; nil when none are scheduled.
 	checks <-chan checkRun
+	// keep bounds the bookkeeping tables, pruned once an hour between
+	// batches (pruned: when last).
+	keep   config.Bookkeeping
+	pruned time.Time
 	// edits delivers edited contracts (lakeflow run --follow): the
 	// warehouse's rules follow them between batches.
 	edits chan contracts.Set
@@ -204,6 +208,9 @@ func (c *consumer) loop(ctx context.Context) error {
 		}
 		if err == nil && c.flight == nil {
 			err = c.takeContracts(ctx)
+		}
+		if err == nil && c.flight == nil && time.Since(c.pruned) >= pruneInterval {
+			err = c.prune(ctx)
 		}
 		if err == nil && c.flight == nil {
 			err = c.recordChecks(ctx)
@@ -1074,4 +1081,20 @@ func (c *consumer) takeContracts(ctx context.Context) error {
 	default:
 		return nil
 	}
+}
+
+// pruneInterval is how often the bookkeeping tables are pruned.
+const pruneInterval = time.Hour
+
+// prune bounds the bookkeeping tables (config.Bookkeeping).
+func (c *consumer) prune(ctx context.Context) error {
+	c.pruned = time.Now()
+	p, err := c.wh.Prune(statement(ctx), c.keep, c.pruned)
+	if err != nil {
+		return err
+	}
+	if p.Batches+p.Runs+p.Checks > 0 {
+		c.log.Info("bookkeeping pruned", "batches_summarized", p.Batches, "runs", p.Runs, "checks", p.Checks)
+	}
+	return nil
 }

@@ -146,6 +146,16 @@ CREATE TABLE IF NOT EXISTS lakeflow.batches (
 	events       BIGINT NOT NULL,
 	committed_at TIMESTAMPTZ NOT NULL
 );
+CREATE TABLE IF NOT EXISTS lakeflow.batch_hours (
+	hour           TIMESTAMPTZ PRIMARY KEY,
+	batches        BIGINT NOT NULL,
+	consistent     BIGINT NOT NULL,
+	events         BIGINT NOT NULL,
+	first_batch    BIGINT NOT NULL,
+	last_batch     BIGINT NOT NULL,
+	freshness_mean DOUBLE,
+	freshness_max  DOUBLE
+);
 CREATE TABLE IF NOT EXISTS lakeflow.schema_history (
 	source_table VARCHAR NOT NULL,
 	since_seq    UBIGINT NOT NULL,

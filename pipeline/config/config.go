@@ -20,17 +20,26 @@ import (
 type Config struct {
 	// File is the config file that was read, or "" when built-in defaults
 	// were used because the default file does not exist.
-	File      string
-	DataDir   string
-	Source    Source
-	Kafka     Kafka
-	Lake      Lake
-	Warehouse Warehouse
-	Pipeline  Pipeline
-	Contracts Contracts
-	Catalog   Catalog
-	Check     Check
-	Gold      Gold
+	File        string
+	DataDir     string
+	Source      Source
+	Kafka       Kafka
+	Lake        Lake
+	Warehouse   Warehouse
+	Pipeline    Pipeline
+	Contracts   Contracts
+	Catalog     Catalog
+	Check       Check
+	Gold        Gold
+	Bookkeeping Bookkeeping
+}
+
+// Bookkeeping says how long lakeflow's bookkeeping tables keep a row
+// (0: for ever). lakeflow.batches' older rows are summarized per hour in
+// lakeflow.batch_hours; the newest consistent batch and those after it
+// are always kept.
+type Bookkeeping struct {
+	Batches, Runs, Checks time.Duration
 }
 
 // Gold locates the gold marts and says when each is refreshed.

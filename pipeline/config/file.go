@@ -25,6 +25,14 @@ type file struct {
 	Catalog   catalogFile   `toml:"catalog"`
 	Check     checkFile     `toml:"check"`
 	Gold      goldFile      `toml:"gold"`
+	Keep      keepFile      `toml:"bookkeeping"`
+}
+
+// keepFile says how long the bookkeeping tables keep their rows.
+type keepFile struct {
+	Batches string `toml:"batches"`
+	Runs    string `toml:"runs"`
+	Checks  string `toml:"checks"`
 }
 
 type checkFile struct {
@@ -108,6 +116,7 @@ func defaults() file {
 			RetentionBytes: "1GiB",
 		},
 		Warehouse: warehouseFile{PublishInterval: "5s"},
+		Keep:      keepFile{Batches: "168h", Runs: "2160h", Checks: "720h"},
 		Contracts: contractsFile{Dir: "contracts"},
 		Catalog:   catalogFile{Dir: "catalog"},
 		Pipeline: pipelineFile{
@@ -336,6 +345,17 @@ func (f file) resolve(base string) (*Config, []string) {
 	}
 	if v := strings.TrimSpace(f.Check.Interval); v != "" && v != "off" {
 		c.Check.Interval = duration("check.interval", v)
+	}
+	keep := func(key, v string) time.Duration {
+		if v = strings.TrimSpace(v); v == "forever" {
+			return 0
+		}
+		return duration(key, v)
+	}
+	c.Bookkeeping = Bookkeeping{
+		Batches: keep("bookkeeping.batches", f.Keep.Batches),
+		Runs:    keep("bookkeeping.runs", f.Keep.Runs),
+		Checks:  keep("bookkeeping.checks", f.Keep.Checks),
 	}
 	return c, problems
 }
