@@ -16,6 +16,7 @@ import (
 	"github.com/lakeflow/lakeflow/contracts"
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/kafka"
 	"github.com/lakeflow/lakeflow/pipeline/stage"
 	"github.com/lakeflow/lakeflow/warehouse"
@@ -109,6 +110,8 @@ type consumer struct {
 	// edits delivers edited contracts (lakeflow run --follow): the
 	// warehouse's rules follow them between batches.
 	edits chan contracts.Set
+	// contracts are the ones the warehouse's rules follow.
+	contracts contracts.Set
 	// pub publishes the warehouse between batches (nil: never).
 	pub *publisher
 	// metrics, if set, are exposed to Prometheus.
@@ -1077,7 +1080,16 @@ func reached(pos map[string]warehouse.TopicPosition, target map[string]map[int32
 func (c *consumer) takeContracts(ctx context.Context) error {
 	select {
 	case set := <-c.edits:
-		return c.wh.SetContracts(statement(ctx), set)
+		err := c.wh.SetContracts(statement(ctx), set)
+		if err == nil {
+			c.contracts = set
+			return nil
+		}
+		// A rule the edit wrote that silver cannot run: said, and the
+		// run goes on under the rules before (the next start refuses the
+		// contract, naming it).
+		c.log.Error("the edited contracts' rules cannot run on silver: the rules before stay in force", "err", fault.OneLine(err.Error()))
+		return c.wh.SetContracts(statement(ctx), c.contracts)
 	default:
 		return nil
 	}

@@ -39,10 +39,14 @@ func (w *Warehouse) SetContracts(ctx context.Context, set contracts.Set) error {
 	for topic, t := range w.byTopic {
 		w.register(topic, t.schema)
 	}
+	// Every table's rules are bound before any history starts: contracts
+	// refused leave nothing behind.
 	for _, t := range w.byTopic {
 		if err := w.checkRules(ctx, t); err != nil {
 			return err
 		}
+	}
+	for _, t := range w.byTopic {
 		if t.history {
 			if err := w.startHistory(ctx, t); err != nil {
 				return fmt.Errorf("start the history of %s: %w", t.schema.ID(), err)

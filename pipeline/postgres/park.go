@@ -192,7 +192,11 @@ func (s *Source) parkedLimit(lsn change.LSN) change.LSN {
 }
 
 // settleParked forgets released tables whose changes downstream has
-// applied (up to applied), so the slot moves past them again.
+// applied (up to applied), so the slot moves past them again. Only a
+// boundary past the WAL's end at the release says so: what was durable
+// before the stream read the WAL again is at most there, and a boundary
+// after it is acknowledged only after every event the stream handed over
+// before it, the table's read again among them.
 func (s *Source) settleParked(ctx context.Context, applied change.LSN) error {
 	s.stateMu.Lock()
 	defer s.stateMu.Unlock()
@@ -200,7 +204,7 @@ func (s *Source) settleParked(ctx context.Context, applied change.LSN) error {
 		return nil
 	}
 	n := len(s.state.Parked)
-	s.state.Parked = slices.DeleteFunc(s.state.Parked, func(p change.ParkedTable) bool { return p.Released != 0 && applied >= p.Released })
+	s.state.Parked = slices.DeleteFunc(s.state.Parked, func(p change.ParkedTable) bool { return p.Released != 0 && applied > p.Released })
 	if len(s.state.Parked) == n {
 		return nil
 	}

@@ -45,7 +45,10 @@ func (s *Source) stream(ctx context.Context, sink Sink, store StateStore, state 
 	for {
 		began := time.Now()
 		err := s.streamOnce(ctx, sink, store, state, schemas, drain)
-		if errors.Is(err, errRewind) && ctx.Err() == nil {
+		if errors.Is(err, errRewind) {
+			if ctx.Err() != nil {
+				return ctx.Err() // stopped while releasing: the next start reads the WAL again
+			}
 			continue
 		}
 		var lost connLost
