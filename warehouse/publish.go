@@ -117,6 +117,9 @@ func (w *Warehouse) Capture(ctx context.Context, path string, consistentOnly boo
 		}
 	}
 	if _, err := w.conn.ExecContext(ctx, "CHECKPOINT"); err != nil {
+		if fault.DiskFull(err) {
+			return nil, fmt.Errorf("%w: publish: checkpoint %s: %w (the batches committed are in its log: free space, then lakeflow run goes on)", fault.ErrEnvironment, w.path, err)
+		}
 		return nil, fmt.Errorf("publish: checkpoint %s: %w", w.path, err)
 	}
 	// No batch runs (DuckDB refuses a checkpoint while another

@@ -384,7 +384,10 @@ func (s *Source) relation(ctx context.Context, dec *Decoder, cat *catalog, sink 
 	}
 	if err != nil {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) || transient(err) {
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err() // stopped during the lookup, not a schema break
+		case errors.As(err, &pgErr) || transient(err):
 			return connLost{err}
 		}
 		return fmt.Errorf("%w: %v", fault.ErrSchemaBreak, err)
