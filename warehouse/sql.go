@@ -225,11 +225,11 @@ func applySQL(t *change.Table, id int, info rowsInfo, latest string) []string {
 		v := columnValue(c, "s.img")
 		if keyOnly {
 			v = fmt.Sprintf("CASE WHEN NOT s.del THEN %s WHEN s.live IS NOT NULL THEN %s WHEN t._cdc_seq IS NOT NULL THEN t.%s ELSE %s END",
-				columnValue(c, "s.img"), columnValue(c, "s.live"), n, columnValue(c, "s.img"))
+				columnValue(c, "s.img"), liveValue(c), n, columnValue(c, "s.img"))
 		}
 		insert := columnValue(c, "s.img")
 		if keyOnly {
-			insert = fmt.Sprintf("CASE WHEN s.del AND s.live IS NOT NULL THEN %s ELSE %s END", columnValue(c, "s.live"), insert)
+			insert = fmt.Sprintf("CASE WHEN s.del AND s.live IS NOT NULL THEN %s ELSE %s END", liveValue(c), insert)
 		}
 		names = append(names, n)
 		values = append(values, insert)
@@ -295,8 +295,10 @@ func latestSQL(t *change.Table, id int, info rowsInfo, judged bool) string {
 	keys := strings.Join(keyExprs, ", ")
 	live := ""
 	if info.keyOnly {
-		live = fmt.Sprintf(`, last_value(CASE WHEN op <> 'd' THEN after END IGNORE NULLS) OVER (PARTITION BY %s ORDER BY _cdc_seq, _cdc_ord
-			ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS live`, keys)
+		for _, f := range [][2]string{{"after", "live"}, {"_cdc_seq", "live_seq"}, {"_cdc_ord", "live_ord"}} {
+			live += fmt.Sprintf(`, last_value(CASE WHEN op <> 'd' THEN %s END IGNORE NULLS) OVER (PARTITION BY %s ORDER BY _cdc_seq, _cdc_ord
+			ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS %s`, f[0], keys, f[1])
+		}
 	}
 	from := rowsTable(id) + " r"
 	if judged {
@@ -323,6 +325,18 @@ func columnValue(c change.Column, img string) string {
 		// Events older than the column lack it; their rows hold the
 		// column's default.
 		v = fmt.Sprintf("CASE WHEN %s THEN %s ELSE %s END", positionBefore("s", c.Fill.Before), fillValue(c), v)
+	}
+	return v
+}
+
+// liveValue is the silver value of column c in the live image (s.live)
+// a key-only delete keeps: a column added after that image was written
+// gets its fill, whatever the delete's own position.
+func liveValue(c change.Column) string {
+	v := duckType(c.Type).silverValue("s.live." + ident(c.Name))
+	if c.Fill.Set() {
+		before := fmt.Sprintf("(s.live_seq < %[1]d OR (s.live_seq = %[1]d AND s.live_ord < %[2]d))", uint64(c.Fill.Before.Seq), c.Fill.Before.Ord)
+		v = fmt.Sprintf("CASE WHEN %s THEN %s ELSE %s END", before, fillValue(c), v)
 	}
 	return v
 }
