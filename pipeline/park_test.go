@@ -140,17 +140,20 @@ func containsFinding(r *CheckReport, check, dataset string) bool {
 }
 
 // TestParkedTableTakenOut: a run without --follow applies the other
-// tables' changes, then exits 4 naming the parked table; taken out of
-// source.tables, the table holds the slot no longer.
+// tables' changes, then exits 4 naming the parked table (dropped since:
+// the way past is to take it out of source.tables); taken out, the table
+// holds the slot no longer.
 func TestParkedTableTakenOut(t *testing.T) {
 	h := newHarness(t, "public.a", "public.t")
 	pgtest.Exec(t, h.dsn, `CREATE TABLE a (id int PRIMARY KEY)`, `CREATE TABLE t (id int PRIMARY KEY, w text)`, `INSERT INTO t VALUES (1, 'w')`)
 	writeContract(t, h, "", "id", "integer", "w", "text")
 	h.run(t, Options{})
-	pgtest.Exec(t, h.dsn, `ALTER TABLE t DROP COLUMN w`, `INSERT INTO t VALUES (2)`, `INSERT INTO a VALUES (1)`)
+	// Dropped since, too: no contract edit brings it back.
+	pgtest.Exec(t, h.dsn, `ALTER TABLE t DROP COLUMN w`, `INSERT INTO t VALUES (2)`, `INSERT INTO a VALUES (1)`, `DROP TABLE t`)
 	err := runWatched(t, h.cfg, Options{}, h.log)
-	if !errors.Is(err, fault.ErrSchemaBreak) || !strings.Contains(err.Error(), "column w was dropped") || !strings.Contains(err.Error(), "the other tables went on") {
-		t.Fatalf("want the run to end naming the parked table, got %v", err)
+	if !errors.Is(err, fault.ErrSchemaBreak) || !strings.Contains(err.Error(), "column w was dropped") || !strings.Contains(err.Error(), "the other tables went on") ||
+		!strings.Contains(err.Error(), "take public.t out of source.tables") {
+		t.Fatalf("want the run to end naming the parked table and the way past, got %v", err)
 	}
 	if got := queryText(t, h.cfg.Warehouse.Path, "SELECT count(*) FROM silver.a"); got != "1" {
 		t.Fatalf("silver.a holds %s rows, want the one inserted while t is parked", got)

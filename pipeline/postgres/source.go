@@ -440,7 +440,11 @@ func (s *Source) publishSchema(ctx context.Context, sink Sink, schemas map[strin
 	if prev != nil {
 		stop := func(err error) error {
 			next := "edit the contract: lakeflow run --follow takes the edit within seconds, any other lakeflow run at its start"
-			if errors.Is(err, ErrUnknownValues) {
+			switch {
+			case rel.past != nil:
+				// Dropped since: no contract edit brings it back.
+				next = fmt.Sprintf("the table no longer exists in the source: take %s out of source.tables once its changes before this one are in (silver, history and lake keep it), or edit the contract", t.ID())
+			case errors.Is(err, ErrUnknownValues):
 				// No contract can say what PostgreSQL wrote into the
 				// rows: they must be read again.
 				next = fmt.Sprintf("run lakeflow resync %s: lakeflow copies its rows again, their new values with them", t.ID())
