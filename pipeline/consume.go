@@ -1103,7 +1103,10 @@ func (c *consumer) prune(ctx context.Context) error {
 	c.pruned = time.Now()
 	p, err := c.wh.Prune(statement(ctx), c.keep, c.pruned)
 	if err != nil {
-		return err
+		// Only bookkeeping waits: the changes go on, the next hour
+		// tries again (a stop here would recur at every start).
+		c.log.Error("pruning the bookkeeping tables failed; they keep their rows until the next try", "err", fault.OneLine(err.Error()), "next", pruneInterval)
+		return nil
 	}
 	if p.Batches+p.Runs+p.Checks > 0 {
 		c.log.Info("bookkeeping pruned", "batches_summarized", p.Batches, "runs", p.Runs, "checks", p.Checks)

@@ -258,7 +258,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		}
 		reasons := make([]string, len(parked))
 		for i, p := range parked {
-			reasons[i] = fmt.Sprintf("%s; the table's changes from %s on wait in the WAL, where the slot keeps them, so nothing is lost (the other tables went on): %s", p.Reason, p.At, p.Fix)
+			reasons[i] = p.Stop() + " (the other tables went on)"
 		}
 		return fmt.Errorf("%w: %s", fault.ErrSchemaBreak, strings.Join(reasons, "; "))
 	}

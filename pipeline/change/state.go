@@ -1,5 +1,7 @@
 package change
 
+import "fmt"
+
 // SourceState is what the source must remember across runs. It is kept
 // in Kafka next to the events, and the warehouse keeps a copy, so a
 // pipeline whose Kafka data was lost still knows its slot.
@@ -44,6 +46,12 @@ type ParkedTable struct {
 	Released LSN `json:"released,omitempty"`
 	// Since is when the table was parked (µs since the epoch).
 	Since int64 `json:"since_us"`
+}
+
+// Stop says why the table is parked, where its changes wait, and what
+// releases it.
+func (p ParkedTable) Stop() string {
+	return fmt.Sprintf("%s; the table's changes from %s on wait in the WAL, where the slot keeps them, so nothing is lost: %s", p.Reason, p.At, p.Fix)
 }
 
 // TableCopy is where the copy of one table stands: it goes in chunks of

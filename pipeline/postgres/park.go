@@ -39,7 +39,7 @@ type schemaStop struct {
 }
 
 func (e *schemaStop) Error() string {
-	return fmt.Sprintf("%v; the table's changes from %s on wait in the WAL, where the slot keeps them, so nothing is lost: %s", e.reason, e.at, e.fix)
+	return change.ParkedTable{At: e.at, Reason: e.reason.Error(), Fix: e.fix}.Stop()
 }
 func (e *schemaStop) Unwrap() error { return fault.ErrSchemaBreak }
 
@@ -79,7 +79,7 @@ func (s *Source) park(ctx context.Context, stop *schemaStop) error {
 	return nil
 }
 
-// parkedNow reports whether table id was parked in this session.
+// isParked reports whether table id was parked in this session.
 func (s *Source) isParked(id string) bool {
 	s.stateMu.Lock()
 	defer s.stateMu.Unlock()
