@@ -22,6 +22,7 @@ var operations = map[string][2]string{
 	"lakeflow.tables":         {"Every captured table: its Kafka topic, its silver table and its current schema.", "when a source schema changes"},
 	"lakeflow.offsets":        {"Where the warehouse stands in Kafka: the next offset of each topic partition, moved by each batch in its own transaction.", "every batch"},
 	"lakeflow.lake_files":     {"Every lake file: its table, commit day, Kafka span, positions, events, size and batch.", "every batch"},
+	"lakeflow.compactions":    {"Each compaction of a table's commit day: the merged files it wrote, how many it replaced, when it was recorded and swapped into the lake.", "every compaction"},
 	"lakeflow.batches":        {"Every committed batch of the last bookkeeping.batches (7 days by default): whether it ends at a watermark (consistent), the source position and commit time it leaves silver at, and its size.", "every batch"},
 	"lakeflow.batch_hours":    {"Batches older than bookkeeping.batches, summarized per hour: how many, events, the batch numbers, and freshness (source commit to silver commit) mean and maximum.", "every hour"},
 	"lakeflow.schema_history": {"Every version of each captured table's schema, with the position it took effect at.", "when a source schema changes"},

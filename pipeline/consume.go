@@ -107,6 +107,10 @@ type consumer struct {
 	// batches (pruned: when last).
 	keep   config.Bookkeeping
 	pruned time.Time
+	// lake configures the lake's compaction, which lakeflow run --follow
+	// does a table-day at a time between batches, next at compactAt.
+	lake      config.Lake
+	compactAt time.Time
 	// edits delivers edited contracts (lakeflow run --follow): the
 	// warehouse's rules follow them between batches.
 	edits chan contracts.Set
@@ -214,6 +218,9 @@ func (c *consumer) loop(ctx context.Context) error {
 		}
 		if err == nil && c.flight == nil && time.Since(c.pruned) >= pruneInterval {
 			err = c.prune(ctx)
+		}
+		if err == nil && c.flight == nil && c.follow && time.Now().After(c.compactAt) {
+			err = c.compact(ctx)
 		}
 		if err == nil && c.flight == nil {
 			err = c.recordChecks(ctx)
@@ -1110,6 +1117,32 @@ func (c *consumer) prune(ctx context.Context) error {
 	}
 	if p.Batches+p.Runs+p.Checks > 0 {
 		c.log.Info("bookkeeping pruned", "batches_summarized", p.Batches, "runs", p.Runs, "checks", p.Checks)
+	}
+	return nil
+}
+
+// compaction paces lakeflow run --follow's compaction: a pass merges one
+// table-day's small files (of the days before today) between two
+// batches, the next one a minute later while days are left, an hour
+// later once none is.
+var compaction = compactPace{time.Minute, time.Hour, func() string { return time.Now().UTC().Format(time.DateOnly) }}
+
+type compactPace struct {
+	busy, idle time.Duration
+	before     func() string // the first day not compacted
+}
+
+// compact runs a pass of the lake's compaction.
+func (c *consumer) compact(ctx context.Context) error {
+	st, err := c.wh.Compact(statement(ctx), warehouse.CompactOptions{Before: compaction.before(),
+		Target: c.lake.CompactTarget, Grace: c.lake.CompactGrace, MaxDays: 1})
+	if err != nil {
+		return err
+	}
+	c.compactAt = time.Now().Add(compaction.idle)
+	if st.Days > 0 || st.More {
+		c.compactAt = time.Now().Add(compaction.busy)
+		c.log.Info("lake compacted", "files_merged", st.Replaced, "files_written", st.Written)
 	}
 	return nil
 }

@@ -23,6 +23,7 @@ type lakeFile struct {
 	first, last, n int64
 	minSeq, maxSeq uint64
 	size           int64
+	batch          int64 // a merged file's newest batch (Compact)
 }
 
 // writeLake writes the table's events that are not in the lake yet, one
@@ -134,6 +135,9 @@ const (
 	metaTopicID = "lakeflow.topic_id"
 	metaFloor   = "lakeflow.floor"
 	metaBatch   = "lakeflow.batch"
+	// metaBatches, in a compacted file, lists every consistent batch of
+	// the files it replaced (metaBatch is the newest of them all).
+	metaBatches = "lakeflow.batches"
 )
 
 // BatchPosition is a batch the pipeline committed and, if it ended at a

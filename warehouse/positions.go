@@ -261,16 +261,17 @@ func (w *Warehouse) BatchPositions(ctx context.Context, n int, batch int64) ([]B
 		}
 		oldest := int64(-1)
 		for _, f := range files {
-			b, ok := batchPosition(meta[f])
-			if !ok || b.Seq == 0 {
-				continue // not a consistent batch, or written before lakeflow named them
-			}
-			if prev, dup := seen[b.Batch]; dup && prev.Seq > b.Seq {
-				continue // a lake rebuilt by an older lakeflow numbered batches again: the newer stands
-			}
-			seen[b.Batch] = b
-			if oldest < 0 || b.Batch < oldest {
-				oldest = b.Batch
+			for _, b := range batchPositions(meta[f]) {
+				if b.Seq == 0 {
+					continue // not a consistent batch, or written before lakeflow named them
+				}
+				if prev, dup := seen[b.Batch]; dup && prev.Seq > b.Seq {
+					continue // a lake rebuilt by an older lakeflow numbered batches again: the newer stands
+				}
+				seen[b.Batch] = b
+				if oldest < 0 || b.Batch < oldest {
+					oldest = b.Batch
+				}
 			}
 		}
 		if batch > 0 {

@@ -159,13 +159,27 @@ func (w *Warehouse) lakeMetadata(ctx context.Context, files []string) (map[strin
 	return meta, rows.Err()
 }
 
-// batchPosition is the batch a lake file's metadata names, if any.
+// batchPosition is the batch a lake file's metadata names, if any (the
+// newest, for a compacted file).
 func batchPosition(meta map[string]string) (BatchPosition, bool) {
 	var b BatchPosition
 	if meta[metaBatch] == "" || json.Unmarshal([]byte(meta[metaBatch]), &b) != nil {
 		return b, false
 	}
 	return b, true
+}
+
+// batchPositions are the batches a lake file's metadata names: its
+// batch's, or a compacted file's every consistent batch and the newest.
+func batchPositions(meta map[string]string) []BatchPosition {
+	var bs []BatchPosition
+	if meta[metaBatches] != "" && json.Unmarshal([]byte(meta[metaBatches]), &bs) != nil {
+		bs = nil
+	}
+	if b, ok := batchPosition(meta); ok {
+		bs = append(bs, b)
+	}
+	return bs
 }
 
 // SetFloor records that the lake holds every event up to floor: a

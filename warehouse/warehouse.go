@@ -146,6 +146,15 @@ CREATE TABLE IF NOT EXISTS lakeflow.batches (
 	events       BIGINT NOT NULL,
 	committed_at TIMESTAMPTZ NOT NULL
 );
+CREATE TABLE IF NOT EXISTS lakeflow.compactions (
+	id           VARCHAR PRIMARY KEY,
+	source_table VARCHAR NOT NULL,
+	day          DATE NOT NULL,
+	files        VARCHAR[] NOT NULL,
+	replaced     BIGINT NOT NULL,
+	recorded_at  TIMESTAMPTZ NOT NULL,
+	swapped_at   TIMESTAMPTZ
+);
 CREATE TABLE IF NOT EXISTS lakeflow.batch_hours (
 	hour           TIMESTAMPTZ PRIMARY KEY,
 	batches        BIGINT NOT NULL,
@@ -411,7 +420,7 @@ func (w *Warehouse) init(ctx context.Context, memoryLimit int64, threads int) er
 		}
 		w.open = change.LSN(open.Int64)
 	}
-	return nil
+	return w.recoverCompactions(ctx)
 }
 
 // lakeDir is the directory of a table in the lake (change.SafeName).

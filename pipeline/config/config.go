@@ -115,6 +115,11 @@ func (k Kafka) Embedded() bool { return len(k.Brokers) == 0 }
 // Lake is the bronze Parquet lake.
 type Lake struct {
 	Dir string
+	// CompactTarget is the size lakeflow compact grows a merged file to;
+	// CompactGrace how long the files it replaced stay for readers that
+	// listed them before.
+	CompactTarget int64
+	CompactGrace  time.Duration
 }
 
 // Warehouse is the DuckDB file.

@@ -72,7 +72,9 @@ type kafkaFile struct {
 }
 
 type lakeFile struct {
-	Dir string `toml:"dir"`
+	Dir           string `toml:"dir"`
+	CompactTarget string `toml:"compact_target"`
+	CompactGrace  string `toml:"compact_grace"`
 }
 
 type warehouseFile struct {
@@ -115,6 +117,7 @@ func defaults() file {
 			Retention:      "168h",
 			RetentionBytes: "1GiB",
 		},
+		Lake:      lakeFile{CompactTarget: "128MiB", CompactGrace: "1h"},
 		Warehouse: warehouseFile{PublishInterval: "5s"},
 		Keep:      keepFile{Batches: "168h", Runs: "2160h", Checks: "720h"},
 		Contracts: contractsFile{Dir: "contracts"},
@@ -293,6 +296,8 @@ func (f file) resolve(base string) (*Config, []string) {
 	if f.Lake.Dir != "" {
 		c.Lake.Dir = abs("lake.dir", f.Lake.Dir)
 	}
+	c.Lake.CompactTarget = size("lake.compact_target", f.Lake.CompactTarget)
+	c.Lake.CompactGrace = duration("lake.compact_grace", f.Lake.CompactGrace)
 	c.Warehouse.Path = filepath.Join(c.DataDir, "warehouse.duckdb")
 	if f.Warehouse.Path != "" {
 		c.Warehouse.Path = abs("warehouse.path", f.Warehouse.Path)

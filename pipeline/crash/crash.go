@@ -30,6 +30,11 @@ const (
 	// Swap: lakeflow backfill --all has rebuilt the warehouse, before the
 	// rename that swaps it in.
 	Swap = "backfill.swap"
+	// CompactRecorded: lakeflow compact recorded a day's merged files,
+	// before the rename that puts them in the lake; CompactSwapped:
+	// after it, before the compaction is recorded as done.
+	CompactRecorded = "compact.recorded"
+	CompactSwapped  = "compact.swapped"
 )
 
 // Points are every point the crash loop covers.

@@ -33,7 +33,7 @@ const (
 // Reserved says whether a table directory named dir would be one of the
 // lake's own (file systems may ignore case).
 func Reserved(dir string) bool {
-	return strings.EqualFold(dir, stagingDir) || strings.EqualFold(dir, DeadLetterDir)
+	return strings.EqualFold(dir, stagingDir) || strings.EqualFold(dir, DeadLetterDir) || strings.EqualFold(dir, compactDir)
 }
 
 // Lake is a lake directory.

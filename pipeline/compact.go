@@ -1,0 +1,61 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/pipeline/lake"
+	"github.com/lakeflow/lakeflow/warehouse"
+)
+
+// CompactOptions say what lakeflow compact merges: Table ("": every
+// captured table) and the commit days before Before (YYYY-MM-DD).
+type CompactOptions struct {
+	Table  string
+	Before string
+}
+
+// Compact merges the lake's small files (warehouse.Compact) and publishes
+// the warehouse, whose lakeflow.lake_files then lists the merged files.
+func Compact(ctx context.Context, cfg *config.Config, opts CompactOptions, log *slog.Logger) (warehouse.CompactStats, error) {
+	var st warehouse.CompactStats
+	if opts.Table != "" {
+		t, err := config.ParseTable(opts.Table)
+		if err != nil {
+			return st, fmt.Errorf("%w: --table: %v", fault.ErrConfig, err)
+		}
+		opts.Table = t.String()
+	}
+	if _, err := time.Parse(time.DateOnly, opts.Before); err != nil {
+		return st, fmt.Errorf("%w: --before %q: want a day like 2026-12-07", fault.ErrConfig, opts.Before)
+	}
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return st, fmt.Errorf("%w (lakeflow compact does not run beside lakeflow run: stop it first)", err)
+	}
+	defer unlock()
+	lk, err := lake.Open(cfg.Lake.Dir)
+	if err != nil {
+		return st, err
+	}
+	if err := ensureLive(cfg, log); err != nil {
+		return st, err
+	}
+	wh, err := openLive(ctx, cfg, lk, log, 0, 0)
+	if err != nil {
+		return st, err
+	}
+	defer wh.Close()
+	st, err = wh.Compact(ctx, warehouse.CompactOptions{Table: opts.Table, Before: opts.Before, Target: cfg.Lake.CompactTarget, Grace: cfg.Lake.CompactGrace})
+	if err != nil {
+		return st, err
+	}
+	if _, err := wh.Publish(ctx, cfg.Warehouse.Path); err != nil {
+		return st, err
+	}
+	return st, nil
+}

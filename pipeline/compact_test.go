@@ -1,0 +1,195 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lakeflow/lakeflow/pipeline/crash"
+	"github.com/lakeflow/lakeflow/pipeline/lake"
+	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
+)
+
+// TestCompactionKeepsEveryAnswer: runs that each write a batch leave a
+// day of small lake files, under two schemas; lakeflow compact merges
+// them, and asof at every batch (by batch, LSN and commit time) and at a
+// Kafka record, and a rebuild from the lake alone, answer as before. The
+// lake holds every event once, lakeflow.lake_files lists the files the
+// lake holds, and the pipeline goes on over the merged files.
+func TestCompactionKeepsEveryAnswer(t *testing.T) {
+	ctx := context.Background()
+	h := smallFilesLake(t, 6)
+	lk, err := lake.OpenExisting(h.cfg.Lake.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := func(table string) int {
+		parts, err := lk.Parts(table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(parts)
+	}
+	beforeT, beforeU := files("t"), files("u")
+	if beforeT < 7 || beforeU < 7 {
+		t.Fatalf("the runs left %d files of t and %d of u, want a file a run: the test proves nothing", beforeT, beforeU)
+	}
+	batches, err := AsOfBatches(ctx, h.cfg, 100, h.log)
+	if err != nil || len(batches) < 7 {
+		t.Fatalf("%d batches named by the lake (%v)", len(batches), err)
+	}
+	// The first, a middle and the last batch, each in two forms, and a
+	// commit time and a Kafka record.
+	var positions []string
+	for _, b := range []int{0, len(batches) / 2, len(batches) - 1} {
+		positions = append(positions, fmt.Sprintf("batch:%d", batches[b].Batch), batches[b].Seq.String())
+	}
+	if c := batches[len(batches)/2].Commit; !c.IsZero() {
+		positions = append(positions, c.Format(time.RFC3339Nano))
+	}
+	positions = append(positions, h.cfg.Kafka.TopicPrefix+".public.t:0:305")
+	asof := func(when string) []string {
+		var out []string
+		for i, pos := range positions {
+			path := filepath.Join(h.dir, fmt.Sprintf("asof-%s-%d.duckdb", when, i))
+			a, err := BuildAsOf(ctx, h.cfg, AsOfOptions{Position: pos, Out: path}, h.log)
+			if err != nil {
+				t.Fatalf("asof %s %s: %v", when, pos, err)
+			}
+			a.Close()
+			out = append(out, path)
+		}
+		return out
+	}
+	before := asof("before")
+	rebuiltBefore := backfillFromLakeAlone(t, h)
+
+	tomorrow := time.Now().UTC().Add(24 * time.Hour).Format(time.DateOnly)
+	st, err := Compact(ctx, h.cfg, CompactOptions{Before: tomorrow}, h.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Days != 2 || files("t") != 2 || files("u") != 1 {
+		t.Fatalf("compacted %+v: t has %d files (one per schema wanted), u %d", st, files("t"), files("u"))
+	}
+	for i, path := range asof("after") {
+		t.Run(positions[i], func(t *testing.T) { assertSameSilver(t, before[i], path, "t", "u") })
+	}
+	assertSameSilver(t, rebuiltBefore, backfillFromLakeAlone(t, h), "t", "u")
+	assertLakeExactlyOnce(t, h.cfg, "public.t", "public.u")
+	listed := queryText(t, h.cfg.Warehouse.Path, "SELECT string_agg(path, ',' ORDER BY path) FROM lakeflow.lake_files WHERE source_table IN ('public.t', 'public.u')")
+	var onDisk []string
+	for _, table := range []string{"t", "u"} {
+		parts, _ := lk.Parts(table)
+		for _, p := range parts {
+			onDisk = append(onDisk, p.Path)
+		}
+	}
+	if listed != strings.Join(onDisk, ",") {
+		t.Fatalf("lakeflow.lake_files lists %s, the lake holds %s", listed, strings.Join(onDisk, ","))
+	}
+
+	// The pipeline goes on; a second compaction merges the new files
+	// into the day's.
+	pgtest.Exec(t, h.dsn, `UPDATE t SET v = -v WHERE id < 50`, `DELETE FROM u WHERE id = 1`)
+	h.run(t, Options{})
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t", "public.u")
+	rebuiltBefore = backfillFromLakeAlone(t, h)
+	if _, err := Compact(ctx, h.cfg, CompactOptions{Before: tomorrow}, h.log); err != nil {
+		t.Fatal(err)
+	}
+	if files("u") != 1 {
+		t.Fatalf("u has %d files after a second compaction", files("u"))
+	}
+	assertLakeExactlyOnce(t, h.cfg, "public.t", "public.u")
+	assertSameSilver(t, rebuiltBefore, backfillFromLakeAlone(t, h), "t", "u")
+}
+
+// smallFilesLake makes a lake of many small files: tables t and u, a
+// snapshot, then runs runs that each change both (t gains a column with a
+// default after half of them).
+func smallFilesLake(t *testing.T, runs int) *harness {
+	t.Helper()
+	h := newHarness(t, "public.t", "public.u")
+	pgtest.Exec(t, h.dsn, `CREATE TABLE t (id int PRIMARY KEY, v int, note text)`, `INSERT INTO t SELECT g, g, 'n' || g FROM generate_series(1, 300) g`,
+		`CREATE TABLE u (id int PRIMARY KEY)`, `INSERT INTO u SELECT generate_series(1, 10)`)
+	h.run(t, Options{})
+	for i := range runs {
+		if i == runs/2 {
+			pgtest.Exec(t, h.dsn, `ALTER TABLE t ADD COLUMN x int DEFAULT 7`)
+		}
+		pgtest.Exec(t, h.dsn, fmt.Sprintf(`UPDATE t SET v = v + 1 WHERE id %% 7 = %d`, i), fmt.Sprintf(`INSERT INTO t (id, v, note) VALUES (%d, %d, 'new')`, 1000+i, i),
+			fmt.Sprintf(`DELETE FROM t WHERE id = %d`, 10+i), fmt.Sprintf(`INSERT INTO u VALUES (%d)`, 100+i))
+		h.run(t, Options{})
+	}
+	return h
+}
+
+// TestKillDuringCompaction: lakeflow compact is killed (SIGKILL) after it
+// recorded a day's merged files, before the rename that puts them in the
+// lake, and after that rename; the next lakeflow compact, or lakeflow
+// run, finishes it. The lake holds every event once, and a rebuild from
+// it answers as before.
+func TestKillDuringCompaction(t *testing.T) {
+	bin := lakeflowFaultBinary(t)
+	h := smallFilesLake(t, 2)
+	rebuilt := backfillFromLakeAlone(t, h)
+	tomorrow := time.Now().UTC().Add(24 * time.Hour).Format(time.DateOnly)
+	for _, point := range []string{crash.CompactRecorded, crash.CompactSwapped} {
+		out, err := lakeflowCmdAt(t, bin, point, "--config", h.file, "compact", "--before", tomorrow).CombinedOutput()
+		if !diedAt(err, out, point) {
+			t.Fatalf("lakeflow compact did not die at %s: %v\n%s", point, err, out)
+		}
+		if point == crash.CompactRecorded {
+			if out, err := lakeflowCmd(t, "--config", h.file, "compact", "--before", tomorrow).CombinedOutput(); err != nil {
+				t.Fatalf("lakeflow compact after the kill: %v\n%s", err, out)
+			}
+		} else {
+			h.run(t, Options{})
+		}
+		assertLakeExactlyOnce(t, h.cfg, "public.t", "public.u")
+		assertSameSilver(t, rebuilt, backfillFromLakeAlone(t, h), "t", "u")
+		if left := queryText(t, h.cfg.Warehouse.Path, "SELECT count(*) FROM lakeflow.compactions WHERE swapped_at IS NULL"); left != "0" {
+			t.Fatalf("after the kill at %s, %s compactions are not finished", point, left)
+		}
+		// More small files for the next point to merge.
+		pgtest.Exec(t, h.dsn, `INSERT INTO u VALUES (500)`, `DELETE FROM u WHERE id = 500`)
+		h.run(t, Options{})
+		rebuilt = backfillFromLakeAlone(t, h)
+	}
+}
+
+// TestFollowCompactsBetweenBatches: lakeflow run --follow compacts the
+// lake between its batches, a table-day a pass, while changes stream;
+// silver, the lake and a rebuild from it agree with the source.
+func TestFollowCompactsBetweenBatches(t *testing.T) {
+	defer func(c compactPace) { compaction = c }(compaction)
+	compaction.busy, compaction.idle = 100*time.Millisecond, 200*time.Millisecond
+	compaction.before = func() string { return time.Now().UTC().Add(24 * time.Hour).Format(time.DateOnly) }
+	h := smallFilesLake(t, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Run(ctx, h.cfg, Options{Follow: true, Workload: func(ctx context.Context, dsn string) error {
+			for i := range 20 {
+				if err := applySteps(ctx, dsn, [][]string{{fmt.Sprintf(`UPDATE t SET v = v * 2 WHERE id = %d`, 20+i), fmt.Sprintf(`INSERT INTO u VALUES (%d)`, 1000+i)}}); err != nil {
+					return err
+				}
+				time.Sleep(300 * time.Millisecond)
+			}
+			return nil
+		}}, h.log)
+	}()
+	waitFor(t, "two compaction passes", func() bool { return strings.Count(h.logs.String(), `msg="lake compacted"`) >= 2 })
+	cancel()
+	if err := waitStopped(t, errc); err != nil {
+		t.Fatal(err)
+	}
+	h.run(t, Options{})
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t", "public.u")
+	assertLakeExactlyOnce(t, h.cfg, "public.t", "public.u")
+}

@@ -1,0 +1,396 @@
+package warehouse
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/crash"
+	"github.com/lakeflow/lakeflow/pipeline/lake"
+)
+
+// CompactOptions say what Compact merges.
+type CompactOptions struct {
+	// Table, if set, is the only table compacted (a source ID).
+	Table string
+	// Before: only commit days before it (YYYY-MM-DD) are compacted.
+	Before string
+	// Target is the size a merged file grows to before the next begins.
+	Target int64
+	// Grace is how long the files a compaction replaced stay (for
+	// readers that listed them before) before they are removed.
+	Grace time.Duration
+	// MaxDays, if set, bounds how many table-days one call compacts (a
+	// running pipeline's pass, between two batches).
+	MaxDays int
+}
+
+// CompactStats is what Compact did.
+type CompactStats struct {
+	Days, Replaced, Written int
+	Removed                 int  // old days removed after their grace period
+	More                    bool // MaxDays stopped it with days left to look at
+}
+
+// Compact merges, for each table and commit day before opts.Before, the
+// lake files that one Kafka partition of one topic era wrote under one
+// schema into files of about opts.Target bytes, rows in (_cdc_seq,
+// _cdc_ord) order, each with the metadata the files it replaces carried
+// (schema, topic, positions and offsets in its name, every consistent
+// batch they named). A day is built again beside the lake (the files
+// left as they are linked into it), recorded in lakeflow.lake_files and
+// lakeflow.compactions in one transaction, then exchanged with the day's
+// directory in one rename. Only files of batches up to the last
+// consistent one are merged.
+func (w *Warehouse) Compact(ctx context.Context, opts CompactOptions) (CompactStats, error) {
+	var st CompactStats
+	var err error
+	if st.Removed, err = w.removeCompacted(ctx, opts.Grace); err != nil {
+		return st, err
+	}
+	var newest int64
+	if err := w.conn.QueryRowContext(ctx, "SELECT coalesce(max(batch) FILTER (consistent), 0) FROM lakeflow.batches").Scan(&newest); err != nil {
+		return st, err
+	}
+	ids := make([]string, 0, len(w.tables))
+	for id := range w.tables {
+		if opts.Table == "" || opts.Table == id {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		t := w.tables[id]
+		dir := lakeDir(t.schema)
+		days, err := w.lake.Days(dir)
+		if err != nil {
+			return st, err
+		}
+		for _, day := range days {
+			if day >= opts.Before {
+				continue
+			}
+			if opts.MaxDays > 0 && st.Days >= opts.MaxDays {
+				st.More = true
+				return st, nil
+			}
+			replaced, written, err := w.compactDay(ctx, t, dir, day, newest, opts.Target)
+			if err != nil {
+				return st, fmt.Errorf("compact %s, %s: %w", id, day, err)
+			}
+			if written > 0 {
+				st.Days++
+				st.Replaced += replaced
+				st.Written += written
+			}
+		}
+	}
+	return st, nil
+}
+
+// compactGroup is the files of a day that one merged file (or a few, past
+// the target size) replaces.
+type compactGroup struct {
+	files []lake.Part
+	meta  map[string]string // the first file's
+	bytes int64
+}
+
+// compactDay compacts one table's commit day; it reports how many files
+// it replaced and wrote (none if the day has nothing to merge).
+func (w *Warehouse) compactDay(ctx context.Context, t *table, dir, day string, newest int64, target int64) (int, int, error) {
+	all, err := w.lake.Parts(dir)
+	if err != nil {
+		return 0, 0, err
+	}
+	parts := slices.DeleteFunc(all, func(p lake.Part) bool { return p.Day != day })
+	if len(parts) < 2 {
+		return 0, 0, nil
+	}
+	// Files of batches after the last consistent one hold part of a
+	// transaction the lake may not have the rest of yet.
+	var recent int
+	if err := w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*) FROM lakeflow.lake_files WHERE source_table = %s AND day = DATE %s AND (batch IS NULL OR batch > %d)",
+		literal(t.schema.ID()), literal(day), newest)).Scan(&recent); err != nil {
+		return 0, 0, err
+	}
+	if recent > 0 {
+		return 0, 0, nil
+	}
+	paths := make([]string, len(parts))
+	for i, p := range parts {
+		paths[i] = w.lake.Abs(p.Path)
+	}
+	meta, err := w.lakeMetadata(ctx, paths)
+	if err != nil {
+		return 0, 0, err
+	}
+	groups := map[string]*compactGroup{}
+	var order []string
+	for _, p := range parts {
+		m := meta[w.lake.Abs(p.Path)]
+		key := strings.Join([]string{strconv.Itoa(int(p.Span.Partition)), m[metaTopic], m[metaTopicID], m[metaSchema]}, "\x00")
+		g := groups[key]
+		if g == nil {
+			g = &compactGroup{meta: m}
+			groups[key] = g
+			order = append(order, key)
+		}
+		fi, err := os.Stat(w.lake.Abs(p.Path))
+		if err != nil {
+			return 0, 0, err
+		}
+		g.files = append(g.files, p)
+		g.bytes += fi.Size()
+	}
+	if !slices.ContainsFunc(order, func(k string) bool { return len(groups[k].files) > 1 }) {
+		return 0, 0, nil
+	}
+	b := make([]byte, 8)
+	rand.Read(b)
+	id := fmt.Sprintf("%s~%s~%s", dir, day, hex.EncodeToString(b))
+	built := w.lake.CompactDir(id)
+	if err := os.MkdirAll(built, 0o755); err != nil {
+		return 0, 0, err
+	}
+	var written []lakeFile
+	replaced := 0
+	for _, key := range order {
+		g := groups[key]
+		if len(g.files) == 1 {
+			// Left as it is: the day built again holds it too.
+			if err := os.Link(w.lake.Abs(g.files[0].Path), filepath.Join(built, filepath.Base(g.files[0].Path))); err != nil {
+				return 0, 0, err
+			}
+			continue
+		}
+		files, err := w.mergeGroup(ctx, t, dir, day, built, g, target)
+		if err != nil {
+			return 0, 0, err
+		}
+		written = append(written, files...)
+		replaced += len(g.files)
+	}
+	if err := w.lake.SyncDir(built); err != nil {
+		return 0, 0, err
+	}
+	names := make([]string, 0, len(written))
+	for _, f := range written {
+		names = append(names, filepath.Base(f.Path))
+	}
+	err = w.inTx(ctx, func(ctx context.Context) error {
+		var gone []string
+		for _, key := range order {
+			if g := groups[key]; len(g.files) > 1 {
+				for _, p := range g.files {
+					gone = append(gone, literal(p.Path))
+				}
+			}
+		}
+		if _, err := w.conn.ExecContext(ctx, "DELETE FROM lakeflow.lake_files WHERE path IN ("+strings.Join(gone, ", ")+")"); err != nil {
+			return err
+		}
+		if err := w.recordCompacted(ctx, written); err != nil {
+			return err
+		}
+		_, err := w.conn.ExecContext(ctx, fmt.Sprintf("INSERT INTO lakeflow.compactions VALUES (%s, %s, DATE %s, %s::VARCHAR[], %d, now(), NULL)",
+			literal(id), literal(t.schema.ID()), literal(day), sqlList(names), replaced))
+		return err
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	crash.Point(crash.CompactRecorded)
+	if err := w.swapCompacted(ctx, dir, day, id); err != nil {
+		return 0, 0, err
+	}
+	return replaced, len(written), nil
+}
+
+// mergeGroup writes the files that replace a group's, into built.
+func (w *Warehouse) mergeGroup(ctx context.Context, t *table, dir, day, built string, g *compactGroup, target int64) ([]lakeFile, error) {
+	src := make([]string, len(g.files))
+	var floor uint64
+	var batches []BatchPosition
+	newest := BatchPosition{}
+	for i, p := range g.files {
+		src[i] = w.lake.Abs(p.Path)
+	}
+	meta, err := w.lakeMetadata(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range src {
+		m := meta[f]
+		fl, _ := strconv.ParseUint(m[metaFloor], 10, 64)
+		floor = max(floor, fl)
+		for _, b := range batchPositions(m) {
+			if b.Batch > newest.Batch {
+				newest = b
+			}
+			if b.Seq != 0 {
+				batches = append(batches, b)
+			}
+		}
+	}
+	slices.SortFunc(batches, func(a, b BatchPosition) int { return cmp.Compare(a.Batch, b.Batch) })
+	batches = slices.CompactFunc(batches, func(a, b BatchPosition) bool { return a.Batch == b.Batch })
+	nb, err := json.Marshal(newest)
+	if err != nil {
+		return nil, err
+	}
+	list, err := json.Marshal(batches)
+	if err != nil {
+		return nil, err
+	}
+	kv := fmt.Sprintf("{%s: %s, %s: %s, %s: %s, %s: '%d', %s: %s, %s: %s}",
+		literal(metaSchema), literal(g.meta[metaSchema]), literal(metaTopic), literal(g.meta[metaTopic]), literal(metaTopicID), literal(g.meta[metaTopicID]),
+		literal(metaFloor), floor, literal(metaBatch), literal(string(nb)), literal(metaBatches), literal(string(list)))
+	rows := fmt.Sprintf("(SELECT *, row_number() OVER (ORDER BY _cdc_seq, _cdc_ord, kafka_offset) - 1 AS lakeflow_row FROM read_parquet(%s, union_by_name = true))", sqlList(src))
+	var total int64
+	if err := w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*) FROM read_parquet(%s)", sqlList(src))).Scan(&total); err != nil {
+		return nil, err
+	}
+	pieces := max(int64(1), (g.bytes+target-1)/max(target, 1))
+	per := (total + pieces - 1) / pieces
+	var out []lakeFile
+	for lo := int64(0); lo < total; lo += per {
+		where := fmt.Sprintf("lakeflow_row >= %d AND lakeflow_row < %d", lo, lo+per)
+		var s lake.Span
+		var minSeq, maxSeq uint64
+		var n int64
+		if err := w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT min(kafka_offset), max(kafka_offset), min(_cdc_seq), max(_cdc_seq), count(*) FROM %s WHERE %s", rows, where)).
+			Scan(&s.First, &s.Last, &minSeq, &maxSeq, &n); err != nil {
+			return nil, err
+		}
+		s.Partition, s.MinSeq, s.MaxSeq = g.files[0].Span.Partition, change.LSN(minSeq), change.LSN(maxSeq)
+		f := w.lake.NewFile(dir, day, s)
+		path := filepath.Join(built, filepath.Base(f.Path))
+		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf(`COPY (SELECT * EXCLUDE (lakeflow_row) FROM %s WHERE %s ORDER BY lakeflow_row)
+			TO %s (FORMAT parquet, COMPRESSION zstd, KV_METADATA %s)`, rows, where, literal(path), kv)); err != nil {
+			return nil, err
+		}
+		if err := lake.Sync(path); err != nil {
+			return nil, err
+		}
+		fi, err := os.Stat(path)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, lakeFile{File: f, table: t, topicID: g.meta[metaTopicID], day: day, part: s.Partition, first: s.First, last: s.Last,
+			n: n, minSeq: minSeq, maxSeq: maxSeq, size: fi.Size(), batch: newest.Batch})
+	}
+	return out, nil
+}
+
+// recordCompacted lists merged files in lakeflow.lake_files.
+func (w *Warehouse) recordCompacted(ctx context.Context, files []lakeFile) error {
+	for _, f := range files {
+		if _, err := w.conn.ExecContext(ctx, "INSERT INTO lakeflow.lake_files VALUES (?, ?, ?::DATE, ?, ?, ?, ?, ?, ?, ?, ?, now(), ?, ?)",
+			f.Path, f.table.schema.ID(), f.day, f.table.topic, f.part, f.first, f.last, f.n, f.minSeq, f.maxSeq, f.size, f.topicID, f.batch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// swapCompacted exchanges a recorded compaction's day with the day's
+// directory, unless a crash left it exchanged already, and records that
+// it is.
+func (w *Warehouse) swapCompacted(ctx context.Context, dir, day, id string) error {
+	var files []any
+	if err := w.conn.QueryRowContext(ctx, "SELECT files FROM lakeflow.compactions WHERE id = ?", id).Scan(&files); err != nil {
+		return err
+	}
+	swapped := len(files) > 0
+	for _, f := range files {
+		if _, err := os.Stat(filepath.Join(w.lake.DayDir(dir, day), fmt.Sprint(f))); err != nil {
+			swapped = false
+			break
+		}
+	}
+	if !swapped {
+		if err := w.lake.Exchange(dir, day, id); err != nil {
+			return err
+		}
+	}
+	crash.Point(crash.CompactSwapped)
+	_, err := w.conn.ExecContext(ctx, "UPDATE lakeflow.compactions SET swapped_at = now() WHERE id = ?", id)
+	return err
+}
+
+// recoverCompactions finishes the compactions a crash interrupted: one
+// recorded is exchanged (if it was not yet), a day built but not recorded
+// is removed (the lake and lakeflow.lake_files still list the old files).
+func (w *Warehouse) recoverCompactions(ctx context.Context) error {
+	ids, err := w.lake.CompactIDs()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		var table, day string
+		var swapped *time.Time
+		err := w.conn.QueryRowContext(ctx, "SELECT source_table, strftime(day, '%Y-%m-%d'), swapped_at FROM lakeflow.compactions WHERE id = ?", id).Scan(&table, &day, &swapped)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			if err := os.RemoveAll(w.lake.CompactDir(id)); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		case swapped == nil:
+			t := w.tables[table]
+			if t == nil {
+				return fmt.Errorf("compaction %s of %s: the table is not in the warehouse", id, table)
+			}
+			if err := w.swapCompacted(ctx, lakeDir(t.schema), day, id); err != nil {
+				return err
+			}
+			w.log.Info("a compaction a crash interrupted is finished", "table", table, "day", day)
+		}
+	}
+	return nil
+}
+
+// removeCompacted removes the old days of compactions swapped more than
+// grace ago, and reports how many.
+func (w *Warehouse) removeCompacted(ctx context.Context, grace time.Duration) (int, error) {
+	rows, err := w.conn.QueryContext(ctx, fmt.Sprintf("SELECT id FROM lakeflow.compactions WHERE swapped_at < now() - to_microseconds(%d)", grace.Microseconds()))
+	if err != nil {
+		return 0, err
+	}
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	for _, id := range ids {
+		if err := os.RemoveAll(w.lake.CompactDir(id)); err != nil {
+			return 0, err
+		}
+		if _, err := w.conn.ExecContext(ctx, "DELETE FROM lakeflow.compactions WHERE id = ?", id); err != nil {
+			return 0, err
+		}
+	}
+	return len(ids), nil
+}
