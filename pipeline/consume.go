@@ -1134,12 +1134,16 @@ type compactPace struct {
 
 // compact runs a pass of the lake's compaction.
 func (c *consumer) compact(ctx context.Context) error {
+	c.compactAt = time.Now().Add(compaction.idle)
 	st, err := c.wh.Compact(statement(ctx), warehouse.CompactOptions{Before: compaction.before(),
 		Target: c.lake.CompactTarget, Grace: c.lake.CompactGrace, MaxDays: 1})
 	if err != nil {
-		return err
+		// The lake stays as it was (a day built and not swapped in is
+		// finished or removed at the next start): the changes go on,
+		// and the next pass tries again.
+		c.log.Error("lake compaction failed: the lake keeps its small files until a later pass", "err", fault.OneLine(err.Error()), "next", compaction.idle)
+		return nil
 	}
-	c.compactAt = time.Now().Add(compaction.idle)
 	if st.Days > 0 || st.More {
 		c.compactAt = time.Now().Add(compaction.busy)
 		c.log.Info("lake compacted", "files_merged", st.Replaced, "files_written", st.Written)

@@ -140,17 +140,22 @@ func (w *Warehouse) compactDay(ctx context.Context, t *table, dir, day string, n
 	groups := map[string]*compactGroup{}
 	var order []string
 	for _, p := range parts {
+		fi, err := os.Stat(w.lake.Abs(p.Path))
+		if err != nil {
+			return 0, 0, err
+		}
 		m := meta[w.lake.Abs(p.Path)]
 		key := strings.Join([]string{strconv.Itoa(int(p.Span.Partition)), m[metaTopic], m[metaTopicID], m[metaSchema]}, "\x00")
+		if fi.Size() >= target/2 {
+			// Large enough (a merged file of an earlier pass among them):
+			// left as it is, so a day converges.
+			key = "large\x00" + p.Path
+		}
 		g := groups[key]
 		if g == nil {
 			g = &compactGroup{meta: m}
 			groups[key] = g
 			order = append(order, key)
-		}
-		fi, err := os.Stat(w.lake.Abs(p.Path))
-		if err != nil {
-			return 0, 0, err
 		}
 		g.files = append(g.files, p)
 		g.bytes += fi.Size()
@@ -258,9 +263,15 @@ func (w *Warehouse) mergeGroup(ctx context.Context, t *table, dir, day, built st
 	kv := fmt.Sprintf("{%s: %s, %s: %s, %s: %s, %s: '%d', %s: %s, %s: %s}",
 		literal(metaSchema), literal(g.meta[metaSchema]), literal(metaTopic), literal(g.meta[metaTopic]), literal(metaTopicID), literal(g.meta[metaTopicID]),
 		literal(metaFloor), floor, literal(metaBatch), literal(string(nb)), literal(metaBatches), literal(string(list)))
-	rows := fmt.Sprintf("(SELECT *, row_number() OVER (ORDER BY _cdc_seq, _cdc_ord, kafka_offset) - 1 AS lakeflow_row FROM read_parquet(%s, union_by_name = true))", sqlList(src))
+	// The rows in order, numbered once: each piece takes its range.
+	const rows = "lakeflow_compact"
+	if _, err := w.conn.ExecContext(ctx, fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE %s AS
+		SELECT *, row_number() OVER (ORDER BY _cdc_seq, _cdc_ord, kafka_offset) - 1 AS lakeflow_row FROM read_parquet(%s, union_by_name = true)`, rows, sqlList(src))); err != nil {
+		return nil, err
+	}
+	defer w.conn.ExecContext(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+rows)
 	var total int64
-	if err := w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*) FROM read_parquet(%s)", sqlList(src))).Scan(&total); err != nil {
+	if err := w.conn.QueryRowContext(ctx, "SELECT count(*) FROM "+rows).Scan(&total); err != nil {
 		return nil, err
 	}
 	pieces := max(int64(1), (g.bytes+target-1)/max(target, 1))

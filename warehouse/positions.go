@@ -250,6 +250,7 @@ func (w *Warehouse) BatchPositions(ctx context.Context, n int, batch int64) ([]B
 	}
 	slices.SortFunc(parts, func(a, b lake.Part) int { return cmp.Compare(b.Span.MaxSeq, a.Span.MaxSeq) })
 	seen := map[int64]BatchPosition{}
+	merged := false
 	for i, step := 0, 64; i < len(parts); i, step = i+step, step*2 {
 		files := make([]string, 0, step)
 		for _, p := range parts[i:min(i+step, len(parts))] {
@@ -261,6 +262,10 @@ func (w *Warehouse) BatchPositions(ctx context.Context, n int, batch int64) ([]B
 		}
 		oldest := int64(-1)
 		for _, f := range files {
+			// A merged file names a span of batches that files of other
+			// partitions, read later, may share: the files' order says no
+			// more where a batch is.
+			merged = merged || meta[f][metaBatches] != ""
 			for _, b := range batchPositions(meta[f]) {
 				if b.Seq == 0 {
 					continue // not a consistent batch, or written before lakeflow named them
@@ -278,10 +283,10 @@ func (w *Warehouse) BatchPositions(ctx context.Context, n int, batch int64) ([]B
 			if b, ok := seen[batch]; ok {
 				return []BatchPosition{b}, nil
 			}
-			if oldest >= 0 && oldest < batch {
+			if oldest >= 0 && oldest < batch && !merged {
 				return nil, nil // older files name older batches only
 			}
-		} else if len(seen) >= n && oldest >= 0 {
+		} else if len(seen) >= n && oldest >= 0 && !merged {
 			break
 		}
 	}

@@ -29,6 +29,9 @@ import (
 // Warehouse is an open warehouse file. Its methods are not safe for
 // concurrent use: one consumer owns it.
 type Warehouse struct {
+	// live: this is the pipeline's live warehouse (warehouse.live_path),
+	// which alone finishes the lake's compactions.
+	live bool
 	path string
 	db   *sql.DB
 	conn *sql.Conn // a batch's TEMP tables live on this one connection
@@ -240,7 +243,7 @@ func open(ctx context.Context, cfg config.Warehouse, lk *lake.Lake, log *slog.Lo
 	if err != nil {
 		return nil, err
 	}
-	w := &Warehouse{path: path, db: db, conn: conn, lake: lk, log: log, view: view,
+	w := &Warehouse{path: path, db: db, conn: conn, lake: lk, log: log, view: view, live: cfg.Live != "" && cfg.Path == cfg.Live,
 		tables: map[string]*table{}, byTopic: map[string]*table{},
 		lakeHigh: map[string]map[int32]int64{}, known: map[*table]bool{}}
 	w.published.Store(-1)
@@ -419,6 +422,11 @@ func (w *Warehouse) init(ctx context.Context, memoryLimit int64, threads int) er
 			return err
 		}
 		w.open = change.LSN(open.Int64)
+	}
+	if !w.live {
+		// A rebuild's or a shadow's warehouse: the compactions under way
+		// are the live one's.
+		return nil
 	}
 	return w.recoverCompactions(ctx)
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-
-	"golang.org/x/sys/unix"
 )
 
 // A compaction builds a table's commit day again, its small files merged,
@@ -44,10 +42,24 @@ func (l *Lake) DayDir(table, day string) string { return filepath.Join(l.dir, ta
 // id built, atomically, and makes both renames durable.
 func (l *Lake) Exchange(table, day, id string) error {
 	day, built := l.DayDir(table, day), l.CompactDir(id)
-	if err := unix.Renameat2(unix.AT_FDCWD, built, unix.AT_FDCWD, day, unix.RENAME_EXCHANGE); err != nil {
+	if err := exchange(built, day); err != nil {
 		return fmt.Errorf("exchange %s with the compacted %s: %w", day, built, err)
 	}
 	return errors.Join(l.sync(filepath.Dir(day)), l.sync(filepath.Dir(built)))
+}
+
+// exchangeByRenames swaps directories a and b by way of a third name (a
+// crash between the renames leaves b's old content there, and a reader
+// may find b missing meanwhile: only where the system cannot exchange).
+func exchangeByRenames(a, b string) error {
+	tmp := a + ".exchanging"
+	if err := os.Rename(b, tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(a, b); err != nil {
+		return errors.Join(err, os.Rename(tmp, b))
+	}
+	return os.Rename(tmp, a)
 }
 
 // SyncDir makes a directory's entries durable.
