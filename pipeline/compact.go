@@ -50,7 +50,7 @@ func Compact(ctx context.Context, cfg *config.Config, opts CompactOptions, log *
 		return st, err
 	}
 	defer wh.Close()
-	st, err = wh.Compact(ctx, warehouse.CompactOptions{Table: opts.Table, Before: opts.Before, Target: cfg.Lake.CompactTarget, Grace: cfg.Lake.CompactGrace})
+	st, err = wh.Compact(ctx, warehouse.CompactOptions{Table: opts.Table, Before: opts.Before, Target: cfg.Lake.CompactTarget, Grace: cfg.Lake.CompactGrace, Wait: true})
 	if err != nil {
 		return st, err
 	}

@@ -166,10 +166,8 @@ func TestKillDuringCompaction(t *testing.T) {
 // lake between its batches, a table-day a pass, while changes stream;
 // silver, the lake and a rebuild from it agree with the source.
 func TestFollowCompactsBetweenBatches(t *testing.T) {
-	defer func(c compactPace) { compaction = c }(compaction)
-	compaction.busy, compaction.idle = 100*time.Millisecond, 200*time.Millisecond
-	compaction.before = func() string { return time.Now().UTC().Add(24 * time.Hour).Format(time.DateOnly) }
 	h := smallFilesLake(t, 3)
+	h.cfg.Lake.CompactInterval = 200 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	errc := make(chan error, 1)

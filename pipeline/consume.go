@@ -108,7 +108,8 @@ type consumer struct {
 	keep   config.Bookkeeping
 	pruned time.Time
 	// lake configures the lake's compaction, which lakeflow run --follow
-	// does a table-day at a time between batches, next at compactAt.
+	// does a table-day at a time between batches, next at compactAt (a
+	// lake.compact_interval after the start: a short run leaves it).
 	lake      config.Lake
 	compactAt time.Time
 	// edits delivers edited contracts (lakeflow run --follow): the
@@ -219,7 +220,7 @@ func (c *consumer) loop(ctx context.Context) error {
 		if err == nil && c.flight == nil && time.Since(c.pruned) >= pruneInterval {
 			err = c.prune(ctx)
 		}
-		if err == nil && c.flight == nil && c.follow && time.Now().After(c.compactAt) {
+		if err == nil && c.flight == nil && c.follow && c.lake.CompactInterval > 0 && time.Now().After(c.compactAt) {
 			err = c.compact(ctx)
 		}
 		if err == nil && c.flight == nil {
@@ -1121,31 +1122,30 @@ func (c *consumer) prune(ctx context.Context) error {
 	return nil
 }
 
-// compaction paces lakeflow run --follow's compaction: a pass merges one
-// table-day's small files (of the days before today) between two
-// batches, the next one a minute later while days are left, an hour
-// later once none is.
-var compaction = compactPace{time.Minute, time.Hour, func() string { return time.Now().UTC().Format(time.DateOnly) }}
+// compactBusy spaces lakeflow run --follow's compaction passes while
+// table-days are left to merge: batches keep the time between.
+const compactBusy = 10 * time.Second
 
-type compactPace struct {
-	busy, idle time.Duration
-	before     func() string // the first day not compacted
-}
-
-// compact runs a pass of the lake's compaction.
+// compact runs a pass of lakeflow run --follow's compaction: one
+// table-day's small files (today's so far among them) merged between two
+// batches; the next pass compactBusy later while days are left, a
+// lake.compact_interval later once none is.
 func (c *consumer) compact(ctx context.Context) error {
-	c.compactAt = time.Now().Add(compaction.idle)
-	st, err := c.wh.Compact(statement(ctx), warehouse.CompactOptions{Before: compaction.before(),
+	c.compactAt = time.Now().Add(c.lake.CompactInterval)
+	tomorrow := time.Now().UTC().Add(24 * time.Hour).Format(time.DateOnly)
+	st, err := c.wh.Compact(statement(ctx), warehouse.CompactOptions{Before: tomorrow,
 		Target: c.lake.CompactTarget, Grace: c.lake.CompactGrace, MaxDays: 1})
 	if err != nil {
 		// The lake stays as it was (a day built and not swapped in is
 		// finished or removed at the next start): the changes go on,
 		// and the next pass tries again.
-		c.log.Error("lake compaction failed: the lake keeps its small files until a later pass", "err", fault.OneLine(err.Error()), "next", compaction.idle)
+		c.log.Error("lake compaction failed: the lake keeps its small files until a later pass", "err", fault.OneLine(err.Error()), "next", c.lake.CompactInterval)
 		return nil
 	}
-	if st.Days > 0 || st.More {
-		c.compactAt = time.Now().Add(compaction.busy)
+	if st.More {
+		c.compactAt = time.Now().Add(compactBusy)
+	}
+	if st.Days > 0 {
 		c.log.Info("lake compacted", "files_merged", st.Replaced, "files_written", st.Written)
 	}
 	return nil

@@ -150,7 +150,12 @@ func TestCrashLoop(t *testing.T) {
 
 	hits := map[string]int{}
 	points := slices.Clone(crash.Points)
-	points = slices.DeleteFunc(points, func(p string) bool { return p == crash.Snapshot || p == crash.Swap })
+	points = slices.DeleteFunc(points, func(p string) bool {
+		return p == crash.Snapshot || p == crash.Swap || p == crash.CompactRecorded || p == crash.CompactSwapped
+	})
+	// lakeflow compact dies once at each of its points, at a quarter and
+	// three quarters of the loop: the next run finishes its compaction.
+	compactAt := map[int]string{*crashKills / 4: crash.CompactRecorded, 3 * *crashKills / 4: crash.CompactSwapped}
 	var random, unreached int
 	for kill := 0; kill < *crashKills; kill++ {
 		select {
@@ -177,6 +182,14 @@ func TestCrashLoop(t *testing.T) {
 				t.Fatalf("lakeflow backfill --all did not die at %s: %v\n%s", crash.Swap, err, out)
 			}
 			hits[crash.Swap]++
+			continue
+		case compactAt[kill] != "":
+			point := compactAt[kill]
+			tomorrow := time.Now().UTC().Add(24 * time.Hour).Format(time.DateOnly)
+			if out, err := lakeflowCmdAt(t, bin, point, "--config", h.file, "compact", "--before", tomorrow).CombinedOutput(); !diedAt(err, out, point) {
+				t.Fatalf("lakeflow compact did not die at %s: %v\n%s", point, err, out)
+			}
+			hits[point]++
 			continue
 		case kill%3 == 2:
 			random++ // a random moment

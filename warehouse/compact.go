@@ -35,6 +35,10 @@ type CompactOptions struct {
 	// MaxDays, if set, bounds how many table-days one call compacts (a
 	// running pipeline's pass, between two batches).
 	MaxDays int
+	// Wait for readers of the lake (lakeflow asof, check) to let go of
+	// its files before a swap; without it, a day they hold is left for a
+	// later call (More).
+	Wait bool
 }
 
 // CompactStats is what Compact did.
@@ -86,7 +90,11 @@ func (w *Warehouse) Compact(ctx context.Context, opts CompactOptions) (CompactSt
 				st.More = true
 				return st, nil
 			}
-			replaced, written, err := w.compactDay(ctx, t, dir, day, newest, opts.Target)
+			replaced, written, err := w.compactDay(ctx, t, dir, day, newest, opts.Target, opts.Wait)
+			if errors.Is(err, lake.ErrReadersHold) {
+				st.More = true
+				return st, nil
+			}
 			if err != nil {
 				return st, fmt.Errorf("compact %s, %s: %w", id, day, err)
 			}
@@ -109,24 +117,20 @@ type compactGroup struct {
 }
 
 // compactDay compacts one table's commit day; it reports how many files
-// it replaced and wrote (none if the day has nothing to merge).
-func (w *Warehouse) compactDay(ctx context.Context, t *table, dir, day string, newest int64, target int64) (int, int, error) {
+// it replaced and wrote (none if the day has nothing to merge). Without
+// wait it leaves the day as it is when readers of the lake hold its files
+// (ErrReadersHold): the next pass tries again.
+func (w *Warehouse) compactDay(ctx context.Context, t *table, dir, day string, newest int64, target int64, wait bool) (int, int, error) {
+	settled, err := w.settledFiles(ctx, t, day, newest)
+	if err != nil {
+		return 0, 0, err
+	}
 	all, err := w.lake.Parts(dir)
 	if err != nil {
 		return 0, 0, err
 	}
-	parts := slices.DeleteFunc(all, func(p lake.Part) bool { return p.Day != day })
+	parts := slices.DeleteFunc(all, func(p lake.Part) bool { return p.Day != day || !settled[p.Path] })
 	if len(parts) < 2 {
-		return 0, 0, nil
-	}
-	// Files of batches after the last consistent one hold part of a
-	// transaction the lake may not have the rest of yet.
-	var recent int
-	if err := w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT count(*) FROM lakeflow.lake_files WHERE source_table = %s AND day = DATE %s AND (batch IS NULL OR batch > %d)",
-		literal(t.schema.ID()), literal(day), newest)).Scan(&recent); err != nil {
-		return 0, 0, err
-	}
-	if recent > 0 {
 		return 0, 0, nil
 	}
 	paths := make([]string, len(parts))
@@ -171,7 +175,7 @@ func (w *Warehouse) compactDay(ctx context.Context, t *table, dir, day string, n
 		return 0, 0, err
 	}
 	var written []lakeFile
-	replaced := 0
+	var replaced []lake.Part
 	for _, key := range order {
 		g := groups[key]
 		if len(g.files) == 1 {
@@ -186,23 +190,27 @@ func (w *Warehouse) compactDay(ctx context.Context, t *table, dir, day string, n
 			return 0, 0, err
 		}
 		written = append(written, files...)
-		replaced += len(g.files)
+		replaced = append(replaced, g.files...)
 	}
-	if err := w.lake.SyncDir(built); err != nil {
+	if err := w.writeDayBatches(ctx, dir, day, built, replaced, meta); err != nil {
 		return 0, 0, err
 	}
+	if err := w.lake.SyncBuilt(id); err != nil {
+		return 0, 0, err
+	}
+	unlock, err := w.lake.LockSwaps(wait)
+	if err != nil {
+		return 0, 0, errors.Join(err, os.RemoveAll(built))
+	}
+	defer unlock()
 	names := make([]string, 0, len(written))
 	for _, f := range written {
 		names = append(names, filepath.Base(f.Path))
 	}
 	err = w.inTx(ctx, func(ctx context.Context) error {
-		var gone []string
-		for _, key := range order {
-			if g := groups[key]; len(g.files) > 1 {
-				for _, p := range g.files {
-					gone = append(gone, literal(p.Path))
-				}
-			}
+		gone := make([]string, len(replaced))
+		for i, p := range replaced {
+			gone[i] = literal(p.Path)
 		}
 		if _, err := w.conn.ExecContext(ctx, "DELETE FROM lakeflow.lake_files WHERE path IN ("+strings.Join(gone, ", ")+")"); err != nil {
 			return err
@@ -211,7 +219,7 @@ func (w *Warehouse) compactDay(ctx context.Context, t *table, dir, day string, n
 			return err
 		}
 		_, err := w.conn.ExecContext(ctx, fmt.Sprintf("INSERT INTO lakeflow.compactions VALUES (%s, %s, DATE %s, %s::VARCHAR[], %d, now(), NULL)",
-			literal(id), literal(t.schema.ID()), literal(day), sqlList(names), replaced))
+			literal(id), literal(t.schema.ID()), literal(day), sqlList(names), len(replaced)))
 		return err
 	})
 	if err != nil {
@@ -221,14 +229,112 @@ func (w *Warehouse) compactDay(ctx context.Context, t *table, dir, day string, n
 	if err := w.swapCompacted(ctx, dir, day, id); err != nil {
 		return 0, 0, err
 	}
-	return replaced, len(written), nil
+	return len(replaced), len(written), nil
+}
+
+// settledFiles are the lake files of a table's day that batches up to the
+// last consistent one wrote (files of later batches hold part of a
+// transaction the lake may not have the rest of yet), or that a rebuilt
+// warehouse adopted.
+func (w *Warehouse) settledFiles(ctx context.Context, t *table, day string, newest int64) (map[string]bool, error) {
+	rows, err := w.conn.QueryContext(ctx, fmt.Sprintf("SELECT path FROM lakeflow.lake_files WHERE source_table = %s AND day = DATE %s AND coalesce(batch, 0) <= %d",
+		literal(t.schema.ID()), literal(day), newest))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	settled := map[string]bool{}
+	for rows.Next() {
+		var p string
+		if err := rows.Scan(&p); err != nil {
+			return nil, err
+		}
+		settled[p] = true
+	}
+	return settled, rows.Err()
+}
+
+// writeDayBatches writes, into a day built for compaction, the list of
+// every consistent batch that the files it replaced named (a merged file
+// names only the newest): the day's list of an earlier compaction, and
+// the batch of each file merged now.
+func (w *Warehouse) writeDayBatches(ctx context.Context, dir, day, built string, replaced []lake.Part, meta map[string]map[string]string) error {
+	const list = "lakeflow_compact_batches"
+	if _, err := w.conn.ExecContext(ctx, "CREATE OR REPLACE TEMP TABLE "+list+" (batch BIGINT, seq UBIGINT, commit_ts TIMESTAMPTZ)"); err != nil {
+		return err
+	}
+	defer w.conn.ExecContext(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+list)
+	earlier := filepath.Join(w.lake.DayDir(dir, day), lake.BatchesFile)
+	if _, err := os.Stat(earlier); err == nil {
+		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf("INSERT INTO %s SELECT batch, seq, commit_ts FROM read_parquet(%s)", list, literal(earlier))); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	var rows []string
+	flush := func() error {
+		if len(rows) == 0 {
+			return nil
+		}
+		_, err := w.conn.ExecContext(ctx, "INSERT INTO "+list+" VALUES "+strings.Join(rows, ", "))
+		rows = rows[:0]
+		return err
+	}
+	for _, p := range replaced {
+		b, ok := batchPosition(meta[w.lake.Abs(p.Path)])
+		if !ok || b.Seq == 0 {
+			continue // not a consistent batch
+		}
+		commit := "NULL"
+		if !b.Commit.IsZero() {
+			commit = fmt.Sprintf("make_timestamptz(%d)", b.Commit.UnixMicro())
+		}
+		rows = append(rows, fmt.Sprintf("(%d, %d, %s)", b.Batch, uint64(b.Seq), commit))
+		if len(rows) == 1000 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	// A batch named twice (a lake an older lakeflow rebuilt numbered its
+	// batches again): the newer position stands, as BatchPositions reads.
+	path := filepath.Join(built, lake.BatchesFile)
+	if _, err := w.conn.ExecContext(ctx, fmt.Sprintf(`COPY (SELECT batch, max(seq) AS seq, arg_max(commit_ts, seq) AS commit_ts FROM %s GROUP BY batch ORDER BY batch)
+		TO %s (FORMAT parquet, COMPRESSION zstd)`, list, literal(path))); err != nil {
+		return err
+	}
+	return lake.Sync(path)
+}
+
+// dayBatches reads the consistent batches a compacted day's list names.
+func (w *Warehouse) dayBatches(ctx context.Context, dayDir string) ([]BatchPosition, error) {
+	rows, err := w.conn.QueryContext(ctx, fmt.Sprintf("SELECT batch, seq, epoch_us(commit_ts) FROM read_parquet(%s)", literal(filepath.Join(dayDir, lake.BatchesFile))))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []BatchPosition
+	for rows.Next() {
+		var b BatchPosition
+		var seq uint64
+		var commit sql.NullInt64
+		if err := rows.Scan(&b.Batch, &seq, &commit); err != nil {
+			return nil, err
+		}
+		b.Seq, b.Commit = change.LSN(seq), commitTime(commit.Int64)
+		out = append(out, b)
+	}
+	return out, rows.Err()
 }
 
 // mergeGroup writes the files that replace a group's, into built.
 func (w *Warehouse) mergeGroup(ctx context.Context, t *table, dir, day, built string, g *compactGroup, target int64) ([]lakeFile, error) {
 	src := make([]string, len(g.files))
 	var floor uint64
-	var batches []BatchPosition
 	newest := BatchPosition{}
 	for i, p := range g.files {
 		src[i] = w.lake.Abs(p.Path)
@@ -238,31 +344,19 @@ func (w *Warehouse) mergeGroup(ctx context.Context, t *table, dir, day, built st
 		return nil, err
 	}
 	for _, f := range src {
-		m := meta[f]
-		fl, _ := strconv.ParseUint(m[metaFloor], 10, 64)
+		fl, _ := strconv.ParseUint(meta[f][metaFloor], 10, 64)
 		floor = max(floor, fl)
-		for _, b := range batchPositions(m) {
-			if b.Batch > newest.Batch {
-				newest = b
-			}
-			if b.Seq != 0 {
-				batches = append(batches, b)
-			}
+		if b, ok := batchPosition(meta[f]); ok && b.Batch > newest.Batch {
+			newest = b
 		}
 	}
-	slices.SortFunc(batches, func(a, b BatchPosition) int { return cmp.Compare(a.Batch, b.Batch) })
-	batches = slices.CompactFunc(batches, func(a, b BatchPosition) bool { return a.Batch == b.Batch })
 	nb, err := json.Marshal(newest)
-	if err != nil {
-		return nil, err
-	}
-	list, err := json.Marshal(batches)
 	if err != nil {
 		return nil, err
 	}
 	kv := fmt.Sprintf("{%s: %s, %s: %s, %s: %s, %s: '%d', %s: %s, %s: %s}",
 		literal(metaSchema), literal(g.meta[metaSchema]), literal(metaTopic), literal(g.meta[metaTopic]), literal(metaTopicID), literal(g.meta[metaTopicID]),
-		literal(metaFloor), floor, literal(metaBatch), literal(string(nb)), literal(metaBatches), literal(string(list)))
+		literal(metaFloor), floor, literal(metaBatch), literal(string(nb)), literal(metaBatches), literal(lake.BatchesFile))
 	// The rows in order, numbered once: each piece takes its range.
 	const rows = "lakeflow_compact"
 	if _, err := w.conn.ExecContext(ctx, fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE %s AS
@@ -300,7 +394,7 @@ func (w *Warehouse) mergeGroup(ctx context.Context, t *table, dir, day, built st
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, lakeFile{File: f, table: t, topicID: g.meta[metaTopicID], day: day, part: s.Partition, first: s.First, last: s.Last,
+		out = append(out, lakeFile{File: f, table: t, topic: g.meta[metaTopic], topicID: g.meta[metaTopicID], day: day, part: s.Partition, first: s.First, last: s.Last,
 			n: n, minSeq: minSeq, maxSeq: maxSeq, size: fi.Size(), batch: newest.Batch})
 	}
 	return out, nil
@@ -310,7 +404,7 @@ func (w *Warehouse) mergeGroup(ctx context.Context, t *table, dir, day, built st
 func (w *Warehouse) recordCompacted(ctx context.Context, files []lakeFile) error {
 	for _, f := range files {
 		if _, err := w.conn.ExecContext(ctx, "INSERT INTO lakeflow.lake_files VALUES (?, ?, ?::DATE, ?, ?, ?, ?, ?, ?, ?, ?, now(), ?, ?)",
-			f.Path, f.table.schema.ID(), f.day, f.table.topic, f.part, f.first, f.last, f.n, f.minSeq, f.maxSeq, f.size, f.topicID, f.batch); err != nil {
+			f.Path, f.table.schema.ID(), f.day, cmp.Or(f.topic, f.table.topic), f.part, f.first, f.last, f.n, f.minSeq, f.maxSeq, f.size, f.topicID, f.batch); err != nil {
 			return err
 		}
 	}
@@ -321,6 +415,9 @@ func (w *Warehouse) recordCompacted(ctx context.Context, files []lakeFile) error
 // directory, unless a crash left it exchanged already, and records that
 // it is.
 func (w *Warehouse) swapCompacted(ctx context.Context, dir, day, id string) error {
+	if err := w.lake.FinishExchange(dir, day, id); err != nil {
+		return err
+	}
 	var files []any
 	if err := w.conn.QueryRowContext(ctx, "SELECT files FROM lakeflow.compactions WHERE id = ?", id).Scan(&files); err != nil {
 		return err
@@ -347,9 +444,14 @@ func (w *Warehouse) swapCompacted(ctx context.Context, dir, day, id string) erro
 // is removed (the lake and lakeflow.lake_files still list the old files).
 func (w *Warehouse) recoverCompactions(ctx context.Context) error {
 	ids, err := w.lake.CompactIDs()
+	if err != nil || len(ids) == 0 {
+		return err
+	}
+	unlock, err := w.lake.LockSwaps(true)
 	if err != nil {
 		return err
 	}
+	defer unlock()
 	for _, id := range ids {
 		var table, day string
 		var swapped *time.Time
@@ -362,11 +464,10 @@ func (w *Warehouse) recoverCompactions(ctx context.Context) error {
 		case err != nil:
 			return err
 		case swapped == nil:
-			t := w.tables[table]
-			if t == nil {
-				return fmt.Errorf("compaction %s of %s: the table is not in the warehouse", id, table)
-			}
-			if err := w.swapCompacted(ctx, lakeDir(t.schema), day, id); err != nil {
+			// The id starts with the table's lake directory (a table taken
+			// out of source.tables since is not registered).
+			dir, _, _ := strings.Cut(id, "~")
+			if err := w.swapCompacted(ctx, dir, day, id); err != nil {
 				return err
 			}
 			w.log.Info("a compaction a crash interrupted is finished", "table", table, "day", day)

@@ -23,7 +23,10 @@ type lakeFile struct {
 	first, last, n int64
 	minSeq, maxSeq uint64
 	size           int64
-	batch          int64 // a merged file's newest batch (Compact)
+	// topic and batch, of a merged file (Compact): the topic era its rows
+	// came from, its newest batch.
+	topic string
+	batch int64
 }
 
 // writeLake writes the table's events that are not in the lake yet, one
@@ -135,8 +138,9 @@ const (
 	metaTopicID = "lakeflow.topic_id"
 	metaFloor   = "lakeflow.floor"
 	metaBatch   = "lakeflow.batch"
-	// metaBatches, in a compacted file, lists every consistent batch of
-	// the files it replaced (metaBatch is the newest of them all).
+	// metaBatches, in a merged file, names the file beside it that lists
+	// every consistent batch of the files it replaced (lake.BatchesFile;
+	// metaBatch is the newest of them all).
 	metaBatches = "lakeflow.batches"
 )
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -86,6 +87,14 @@ func (w *Warehouse) parts(dir string) ([]lake.Part, error) {
 // has files staged, or published between two listings; the view stops
 // below the smallest position they hold.
 func (w *Warehouse) listLake() error {
+	// What the view lists stays where it is until it closes.
+	if w.releaseLake == nil {
+		release, err := w.lake.HoldFiles()
+		if err != nil {
+			return fmt.Errorf("hold the lake's files: %w", err)
+		}
+		w.releaseLake = release
+	}
 	list := func() (map[string][]lake.Part, error) {
 		dirs, err := w.lake.Tables()
 		if err != nil {
@@ -250,7 +259,7 @@ func (w *Warehouse) BatchPositions(ctx context.Context, n int, batch int64) ([]B
 	}
 	slices.SortFunc(parts, func(a, b lake.Part) int { return cmp.Compare(b.Span.MaxSeq, a.Span.MaxSeq) })
 	seen := map[int64]BatchPosition{}
-	merged := false
+	merged, listed := false, map[string]bool{}
 	for i, step := 0, 64; i < len(parts); i, step = i+step, step*2 {
 		files := make([]string, 0, step)
 		for _, p := range parts[i:min(i+step, len(parts))] {
@@ -262,11 +271,23 @@ func (w *Warehouse) BatchPositions(ctx context.Context, n int, batch int64) ([]B
 		}
 		oldest := int64(-1)
 		for _, f := range files {
-			// A merged file names a span of batches that files of other
-			// partitions, read later, may share: the files' order says no
-			// more where a batch is.
-			merged = merged || meta[f][metaBatches] != ""
-			for _, b := range batchPositions(meta[f]) {
+			named := []BatchPosition{}
+			if b, ok := batchPosition(meta[f]); ok {
+				named = append(named, b)
+			}
+			if meta[f][metaBatches] != "" && !listed[filepath.Dir(f)] {
+				// A merged file: its day lists the batches of the files it
+				// replaced, a span that files of other partitions, read
+				// later, may share: the files' order says no more where a
+				// batch is.
+				merged, listed[filepath.Dir(f)] = true, true
+				day, err := w.dayBatches(ctx, filepath.Dir(f))
+				if err != nil {
+					return nil, err
+				}
+				named = append(named, day...)
+			}
+			for _, b := range named {
 				if b.Seq == 0 {
 					continue // not a consistent batch, or written before lakeflow named them
 				}

@@ -169,19 +169,6 @@ func batchPosition(meta map[string]string) (BatchPosition, bool) {
 	return b, true
 }
 
-// batchPositions are the batches a lake file's metadata names: its
-// batch's, or a compacted file's every consistent batch and the newest.
-func batchPositions(meta map[string]string) []BatchPosition {
-	var bs []BatchPosition
-	if meta[metaBatches] != "" && json.Unmarshal([]byte(meta[metaBatches]), &bs) != nil {
-		bs = nil
-	}
-	if b, ok := batchPosition(meta); ok {
-		bs = append(bs, b)
-	}
-	return bs
-}
-
 // SetFloor records that the lake holds every event up to floor: a
 // warehouse rebuilt without the old one's batches drops those events when
 // Kafka sends them again. Its batches are numbered after last, the last

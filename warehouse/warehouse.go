@@ -77,6 +77,8 @@ type Warehouse struct {
 	view     *View
 	listing  map[string][]lake.Part
 	complete change.LSN
+	// releaseLake lets go of the files the view listed (lake.HoldFiles).
+	releaseLake func()
 	// stager is the connection Stage appends on, laker the one a batch's
 	// lake files are written on; each is opened by its first batch.
 	stager, laker *sql.Conn
@@ -466,6 +468,9 @@ func (w *Warehouse) Close() error {
 		}
 	}
 	err = errors.Join(err, w.db.Close())
+	if w.releaseLake != nil {
+		w.releaseLake()
+	}
 	if w.spill != "" {
 		err = errors.Join(err, os.RemoveAll(w.spill))
 	}

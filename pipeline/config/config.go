@@ -117,9 +117,11 @@ type Lake struct {
 	Dir string
 	// CompactTarget is the size lakeflow compact grows a merged file to;
 	// CompactGrace how long the files it replaced stay for readers that
-	// listed them before.
-	CompactTarget int64
-	CompactGrace  time.Duration
+	// listed them before; CompactInterval how often lakeflow run --follow
+	// compacts the days so far (0: never).
+	CompactTarget   int64
+	CompactGrace    time.Duration
+	CompactInterval time.Duration
 }
 
 // Warehouse is the DuckDB file.

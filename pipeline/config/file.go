@@ -72,9 +72,10 @@ type kafkaFile struct {
 }
 
 type lakeFile struct {
-	Dir           string `toml:"dir"`
-	CompactTarget string `toml:"compact_target"`
-	CompactGrace  string `toml:"compact_grace"`
+	Dir             string `toml:"dir"`
+	CompactTarget   string `toml:"compact_target"`
+	CompactGrace    string `toml:"compact_grace"`
+	CompactInterval string `toml:"compact_interval"`
 }
 
 type warehouseFile struct {
@@ -117,7 +118,7 @@ func defaults() file {
 			Retention:      "168h",
 			RetentionBytes: "1GiB",
 		},
-		Lake:      lakeFile{CompactTarget: "128MiB", CompactGrace: "1h"},
+		Lake:      lakeFile{CompactTarget: "128MiB", CompactGrace: "1h", CompactInterval: "10m"},
 		Warehouse: warehouseFile{PublishInterval: "5s"},
 		Keep:      keepFile{Batches: "168h", Runs: "2160h", Checks: "720h"},
 		Contracts: contractsFile{Dir: "contracts"},
@@ -298,6 +299,9 @@ func (f file) resolve(base string) (*Config, []string) {
 	}
 	c.Lake.CompactTarget = size("lake.compact_target", f.Lake.CompactTarget)
 	c.Lake.CompactGrace = duration("lake.compact_grace", f.Lake.CompactGrace)
+	if v := strings.TrimSpace(f.Lake.CompactInterval); v != "off" {
+		c.Lake.CompactInterval = duration("lake.compact_interval", v)
+	}
 	c.Warehouse.Path = filepath.Join(c.DataDir, "warehouse.duckdb")
 	if f.Warehouse.Path != "" {
 		c.Warehouse.Path = abs("warehouse.path", f.Warehouse.Path)

@@ -38,7 +38,7 @@ const (
 )
 
 // Points are every point the crash loop covers.
-var Points = []string{SourceAcked, Watermark, Snapshot, Staged, Rules, History, Merge, Gold, Committed, Publishing, Swap}
+var Points = []string{SourceAcked, Watermark, Snapshot, Staged, Rules, History, Merge, Gold, Committed, Publishing, Swap, CompactRecorded, CompactSwapped}
 
 // Env names the point to die at, as point or point@n (the n-th time it is
 // reached; the first by default). (Not LAKEFLOW_…: those are config

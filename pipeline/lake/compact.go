@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 )
 
 // A compaction builds a table's commit day again, its small files merged,
@@ -15,11 +17,18 @@ import (
 // that opened them before, until a grace period has passed.
 const compactDir = "_compact"
 
+// BatchesFile is the file, beside a day's merged files, that lists every
+// consistent batch of the files they replaced (Parquet: batch, seq,
+// commit_ts). Its name keeps it out of globs of *.parquet and out of
+// Hive-style readers, which skip names starting with '_'.
+const BatchesFile = "_batches"
+
 // CompactDir is the directory a compaction with id builds its day in
 // (and, once swapped, keeps the old files in).
 func (l *Lake) CompactDir(id string) string { return filepath.Join(l.dir, compactDir, id) }
 
-// CompactIDs lists the compactions whose directories exist.
+// CompactIDs lists the compactions whose directories exist (parked by an
+// exchange by renames a crash interrupted, too).
 func (l *Lake) CompactIDs() ([]string, error) {
 	entries, err := os.ReadDir(filepath.Join(l.dir, compactDir))
 	if errors.Is(err, os.ErrNotExist) {
@@ -30,9 +39,9 @@ func (l *Lake) CompactIDs() ([]string, error) {
 	}
 	ids := make([]string, 0, len(entries))
 	for _, e := range entries {
-		ids = append(ids, e.Name())
+		ids = append(ids, strings.TrimSuffix(e.Name(), exchanging))
 	}
-	return ids, nil
+	return slices.Compact(ids), nil
 }
 
 // DayDir is the directory of table's commit day (YYYY-MM-DD).
@@ -48,11 +57,14 @@ func (l *Lake) Exchange(table, day, id string) error {
 	return errors.Join(l.sync(filepath.Dir(day)), l.sync(filepath.Dir(built)))
 }
 
-// exchangeByRenames swaps directories a and b by way of a third name (a
-// crash between the renames leaves b's old content there, and a reader
-// may find b missing meanwhile: only where the system cannot exchange).
+// exchanging ends the name exchangeByRenames parks a directory under.
+const exchanging = ".exchanging"
+
+// exchangeByRenames swaps directories a and b by way of a third name, a
+// reader finding b missing meanwhile: only where the system cannot
+// exchange. A crash between the renames is finished by FinishExchange.
 func exchangeByRenames(a, b string) error {
-	tmp := a + ".exchanging"
+	tmp := a + exchanging
 	if err := os.Rename(b, tmp); err != nil {
 		return err
 	}
@@ -62,5 +74,28 @@ func exchangeByRenames(a, b string) error {
 	return os.Rename(tmp, a)
 }
 
-// SyncDir makes a directory's entries durable.
-func (l *Lake) SyncDir(dir string) error { return l.sync(dir) }
+// FinishExchange finishes an exchange by renames of compaction id's day
+// that a crash interrupted, if there is one.
+func (l *Lake) FinishExchange(table, day, id string) error {
+	day, built := l.DayDir(table, day), l.CompactDir(id)
+	tmp := built + exchanging
+	if _, err := os.Stat(tmp); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if _, err := os.Stat(day); errors.Is(err, os.ErrNotExist) {
+		if err := os.Rename(built, day); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp, built); err != nil {
+		return err
+	}
+	return errors.Join(l.sync(filepath.Dir(day)), l.sync(filepath.Dir(built)))
+}
+
+// SyncBuilt makes a day built for compaction id durable: its files'
+// entries, and its own up to the lake's root.
+func (l *Lake) SyncBuilt(id string) error {
+	built := l.CompactDir(id)
+	return errors.Join(l.sync(built), l.sync(filepath.Dir(built)), l.sync(l.dir))
+}

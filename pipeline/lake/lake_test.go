@@ -1,6 +1,7 @@
 package lake
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,5 +49,71 @@ func TestPublishSyncsEveryDirectoryItChanges(t *testing.T) {
 	high, err := l.HighOffsets("orders")
 	if err != nil || high[0] != 9 {
 		t.Fatalf("high offsets %v (%v), want partition 0 at 9", high, err)
+	}
+}
+
+// TestSwapsWaitForReaders: a swap is refused (without wait) while a
+// reader holds the lake's files, and taken once it lets go.
+func TestSwapsWaitForReaders(t *testing.T) {
+	l, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, err := l.HoldFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := l.HoldFiles()
+	if err != nil {
+		t.Fatal("a second reader waits:", err)
+	}
+	if _, err := l.LockSwaps(false); !errors.Is(err, ErrReadersHold) {
+		t.Fatalf("a swap while readers hold the lake: %v, want ErrReadersHold", err)
+	}
+	release()
+	other()
+	unlock, err := l.LockSwaps(false)
+	if err != nil {
+		t.Fatalf("a swap once the readers let go: %v", err)
+	}
+	unlock()
+}
+
+// TestExchangeByRenamesFinishesAfterACrash: an exchange by three renames
+// killed after the first or the second is finished, the day holding the
+// built files and the built directory the old ones.
+func TestExchangeByRenamesFinishesAfterACrash(t *testing.T) {
+	for _, renames := range []int{1, 2} {
+		l, err := Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		day, built := l.DayDir("t", "2026-12-07"), l.CompactDir("t~2026-12-07~1")
+		for dir, name := range map[string]string{day: "old", built: "new"} {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The renames exchangeByRenames does, the crash after renames of them.
+		steps := [][2]string{{day, built + exchanging}, {built, day}}
+		for _, s := range steps[:renames] {
+			if err := os.Rename(s[0], s[1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ids, err := l.CompactIDs(); err != nil || len(ids) != 1 {
+			t.Fatalf("after %d renames the compactions are %v (%v)", renames, ids, err)
+		}
+		if err := l.FinishExchange("t", "2026-12-07", "t~2026-12-07~1"); err != nil {
+			t.Fatal(err)
+		}
+		for dir, name := range map[string]string{day: "new", built: "old"} {
+			if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+				t.Errorf("after %d renames and the finish: %v", renames, err)
+			}
+		}
 	}
 }
