@@ -1126,15 +1126,15 @@ func (c *consumer) prune(ctx context.Context) error {
 // table-days are left to merge: batches keep the time between.
 const compactBusy = 10 * time.Second
 
-// compact runs a pass of lakeflow run --follow's compaction: one
-// table-day's small files (today's so far among them) merged between two
-// batches; the next pass compactBusy later while days are left, a
-// lake.compact_interval later once none is.
+// compact runs a pass of lakeflow run --follow's compaction between two
+// batches: one table-day's small files (today's so far among them), up
+// to a merged file's worth; the next pass compactBusy later while files
+// are left to merge, a lake.compact_interval later once none is.
 func (c *consumer) compact(ctx context.Context) error {
 	c.compactAt = time.Now().Add(c.lake.CompactInterval)
 	tomorrow := time.Now().UTC().Add(24 * time.Hour).Format(time.DateOnly)
 	st, err := c.wh.Compact(statement(ctx), warehouse.CompactOptions{Before: tomorrow,
-		Target: c.lake.CompactTarget, Grace: c.lake.CompactGrace, MaxDays: 1})
+		Target: c.lake.CompactTarget, Grace: c.lake.CompactGrace, MaxDays: 1, MaxBytes: c.lake.CompactTarget, Incremental: true})
 	if err != nil {
 		// The lake stays as it was (a day built and not swapped in is
 		// finished or removed at the next start): the changes go on,

@@ -32,9 +32,16 @@ type CompactOptions struct {
 	// Grace is how long the files a compaction replaced stay (for
 	// readers that listed them before) before they are removed.
 	Grace time.Duration
-	// MaxDays, if set, bounds how many table-days one call compacts (a
-	// running pipeline's pass, between two batches).
-	MaxDays int
+	// MaxDays and MaxBytes, if set, bound how many table-days one call
+	// compacts and how many bytes of files it merges (a running
+	// pipeline's pass, between two batches); what is left is the next
+	// call's (More).
+	MaxDays  int
+	MaxBytes int64
+	// Incremental leaves today's (UTC) merged files as they are, so a
+	// pass over today costs what came since the last (a running
+	// pipeline's); the day's first pass after it ends merges them.
+	Incremental bool
 	// Wait for readers of the lake (lakeflow asof, check) to let go of
 	// its files before a swap; without it, a day they hold is left for a
 	// later call (More).
@@ -45,19 +52,19 @@ type CompactOptions struct {
 type CompactStats struct {
 	Days, Replaced, Written int
 	Removed                 int  // old days removed after their grace period
-	More                    bool // MaxDays stopped it with days left to look at
+	More                    bool // a bound stopped it with files left to merge
 }
 
 // Compact merges, for each table and commit day before opts.Before, the
 // lake files that one Kafka partition of one topic era wrote under one
-// schema into files of about opts.Target bytes, rows in (_cdc_seq,
-// _cdc_ord) order, each with the metadata the files it replaces carried
-// (schema, topic, positions and offsets in its name, every consistent
-// batch they named). A day is built again beside the lake (the files
-// left as they are linked into it), recorded in lakeflow.lake_files and
-// lakeflow.compactions in one transaction, then exchanged with the day's
-// directory in one rename. Only files of batches up to the last
-// consistent one are merged.
+// schema, consecutive ones into a file of up to opts.Target bytes, rows
+// in (_cdc_seq, _cdc_ord) order, each with the metadata the files it
+// replaces carried (schema, topic, positions and offsets in its name;
+// the day's _batches lists every consistent batch they named). A day is
+// built again beside the lake (the files left as they are linked into
+// it), recorded in lakeflow.lake_files and lakeflow.compactions in one
+// transaction, then exchanged with the day's directory in one rename.
+// Only files of batches up to the last consistent one are merged.
 func (w *Warehouse) Compact(ctx context.Context, opts CompactOptions) (CompactStats, error) {
 	var st CompactStats
 	var err error
@@ -75,6 +82,8 @@ func (w *Warehouse) Compact(ctx context.Context, opts CompactOptions) (CompactSt
 		}
 	}
 	slices.Sort(ids)
+	budget := opts.MaxBytes
+	today := time.Now().UTC().Format(time.DateOnly)
 	for _, id := range ids {
 		t := w.tables[id]
 		dir := lakeDir(t.schema)
@@ -90,7 +99,7 @@ func (w *Warehouse) Compact(ctx context.Context, opts CompactOptions) (CompactSt
 				st.More = true
 				return st, nil
 			}
-			replaced, written, err := w.compactDay(ctx, t, dir, day, newest, opts.Target, opts.Wait)
+			done, err := w.compactDay(ctx, t, dir, day, dayPlan{newest: newest, target: opts.Target, today: opts.Incremental && day >= today, budget: budget, wait: opts.Wait})
 			if errors.Is(err, lake.ErrReadersHold) {
 				st.More = true
 				return st, nil
@@ -98,40 +107,63 @@ func (w *Warehouse) Compact(ctx context.Context, opts CompactOptions) (CompactSt
 			if err != nil {
 				return st, fmt.Errorf("compact %s, %s: %w", id, day, err)
 			}
-			if written > 0 {
+			if done.written > 0 {
 				st.Days++
-				st.Replaced += replaced
-				st.Written += written
+				st.Replaced += done.replaced
+				st.Written += done.written
+			}
+			if opts.MaxBytes > 0 {
+				if budget -= done.bytes; done.left || budget <= 0 {
+					st.More = true
+					return st, nil
+				}
 			}
 		}
 	}
 	return st, nil
 }
 
-// compactGroup is the files of a day that one merged file (or a few, past
-// the target size) replaces.
-type compactGroup struct {
+// dayPlan is how compactDay merges a day: newest is the last consistent
+// batch, target the size a merged file grows to, budget (if > 0) the
+// bytes of files it merges at most; today leaves the day's merged files
+// as they are (CompactOptions.Incremental).
+type dayPlan struct {
+	newest, target, budget int64
+	today, wait            bool
+}
+
+// dayDone is what compactDay did: files replaced and written, bytes of
+// files merged, and whether the budget left files to merge.
+type dayDone struct {
+	replaced, written int
+	bytes             int64
+	left              bool
+}
+
+// compactBin is consecutive files of one Kafka partition, topic era and
+// schema that one merged file replaces.
+type compactBin struct {
 	files []lake.Part
 	meta  map[string]string // the first file's
 	bytes int64
 }
 
-// compactDay compacts one table's commit day; it reports how many files
-// it replaced and wrote (none if the day has nothing to merge). Without
-// wait it leaves the day as it is when readers of the lake hold its files
+// compactDay compacts one table's commit day. Without plan.wait it
+// leaves the day as it is when readers of the lake hold its files
 // (ErrReadersHold): the next pass tries again.
-func (w *Warehouse) compactDay(ctx context.Context, t *table, dir, day string, newest int64, target int64, wait bool) (int, int, error) {
-	settled, err := w.settledFiles(ctx, t, day, newest)
+func (w *Warehouse) compactDay(ctx context.Context, t *table, dir, day string, plan dayPlan) (dayDone, error) {
+	var done dayDone
+	settled, err := w.settledFiles(ctx, t, day, plan.newest)
 	if err != nil {
-		return 0, 0, err
+		return done, err
 	}
 	all, err := w.lake.Parts(dir)
 	if err != nil {
-		return 0, 0, err
+		return done, err
 	}
 	parts := slices.DeleteFunc(all, func(p lake.Part) bool { return p.Day != day || !settled[p.Path] })
 	if len(parts) < 2 {
-		return 0, 0, nil
+		return done, nil
 	}
 	paths := make([]string, len(parts))
 	for i, p := range parts {
@@ -139,68 +171,55 @@ func (w *Warehouse) compactDay(ctx context.Context, t *table, dir, day string, n
 	}
 	meta, err := w.lakeMetadata(ctx, paths)
 	if err != nil {
-		return 0, 0, err
+		return done, err
 	}
-	groups := map[string]*compactGroup{}
-	var order []string
-	for _, p := range parts {
-		fi, err := os.Stat(w.lake.Abs(p.Path))
-		if err != nil {
-			return 0, 0, err
-		}
-		m := meta[w.lake.Abs(p.Path)]
-		key := strings.Join([]string{strconv.Itoa(int(p.Span.Partition)), m[metaTopic], m[metaTopicID], m[metaSchema]}, "\x00")
-		if fi.Size() >= target/2 {
-			// Large enough (a merged file of an earlier pass among them):
-			// left as it is, so a day converges.
-			key = "large\x00" + p.Path
-		}
-		g := groups[key]
-		if g == nil {
-			g = &compactGroup{meta: m}
-			groups[key] = g
-			order = append(order, key)
-		}
-		g.files = append(g.files, p)
-		g.bytes += fi.Size()
+	bins, keep, err := w.binDay(parts, meta, plan)
+	if err != nil || len(bins) == 0 {
+		return done, err
 	}
-	if !slices.ContainsFunc(order, func(k string) bool { return len(groups[k].files) > 1 }) {
-		return 0, 0, nil
+	for i, b := range bins {
+		if plan.budget > 0 && done.bytes > 0 && done.bytes+b.bytes > plan.budget {
+			// Left for the next pass: the day built again holds them.
+			for _, rest := range bins[i:] {
+				keep = append(keep, rest.files...)
+			}
+			bins, done.left = bins[:i], true
+			break
+		}
+		done.bytes += b.bytes
 	}
-	b := make([]byte, 8)
-	rand.Read(b)
-	id := fmt.Sprintf("%s~%s~%s", dir, day, hex.EncodeToString(b))
+	rb := make([]byte, 8)
+	rand.Read(rb)
+	id := fmt.Sprintf("%s~%s~%s", dir, day, hex.EncodeToString(rb))
 	built := w.lake.CompactDir(id)
 	if err := os.MkdirAll(built, 0o755); err != nil {
-		return 0, 0, err
+		return done, err
+	}
+	for _, p := range keep {
+		// Left as it is: the day built again holds it too.
+		if err := os.Link(w.lake.Abs(p.Path), filepath.Join(built, filepath.Base(p.Path))); err != nil {
+			return done, err
+		}
 	}
 	var written []lakeFile
 	var replaced []lake.Part
-	for _, key := range order {
-		g := groups[key]
-		if len(g.files) == 1 {
-			// Left as it is: the day built again holds it too.
-			if err := os.Link(w.lake.Abs(g.files[0].Path), filepath.Join(built, filepath.Base(g.files[0].Path))); err != nil {
-				return 0, 0, err
-			}
-			continue
-		}
-		files, err := w.mergeGroup(ctx, t, dir, day, built, g, target)
+	for _, b := range bins {
+		f, err := w.mergeBin(ctx, t, dir, day, built, b)
 		if err != nil {
-			return 0, 0, err
+			return done, err
 		}
-		written = append(written, files...)
-		replaced = append(replaced, g.files...)
+		written = append(written, f)
+		replaced = append(replaced, b.files...)
 	}
 	if err := w.writeDayBatches(ctx, dir, day, built, replaced, meta); err != nil {
-		return 0, 0, err
+		return done, err
 	}
 	if err := w.lake.SyncBuilt(id); err != nil {
-		return 0, 0, err
+		return done, err
 	}
-	unlock, err := w.lake.LockSwaps(wait)
+	unlock, err := w.lake.LockSwaps(plan.wait)
 	if err != nil {
-		return 0, 0, errors.Join(err, os.RemoveAll(built))
+		return done, errors.Join(err, os.RemoveAll(built))
 	}
 	defer unlock()
 	names := make([]string, 0, len(written))
@@ -223,13 +242,70 @@ func (w *Warehouse) compactDay(ctx context.Context, t *table, dir, day string, n
 		return err
 	})
 	if err != nil {
-		return 0, 0, err
+		return done, err
 	}
 	crash.Point(crash.CompactRecorded)
 	if err := w.swapCompacted(ctx, dir, day, id); err != nil {
-		return 0, 0, err
+		return done, err
 	}
-	return len(replaced), len(written), nil
+	done.replaced, done.written = len(replaced), len(written)
+	return done, nil
+}
+
+// binDay packs a day's files into the bins merged files replace: files
+// of one Kafka partition, topic era and schema, consecutive by position,
+// up to the target size a bin. Files of half the target or more (an
+// earlier pass's merged files among them) stay as they are, so a day
+// converges; so do, today, the files a compaction wrote, and every file
+// alone in its bin.
+func (w *Warehouse) binDay(parts []lake.Part, meta map[string]map[string]string, plan dayPlan) (bins []compactBin, keep []lake.Part, err error) {
+	groups := map[string][]lake.Part{}
+	var order []string
+	sizes := map[string]int64{}
+	for _, p := range parts {
+		fi, err := os.Stat(w.lake.Abs(p.Path))
+		if err != nil {
+			return nil, nil, err
+		}
+		m := meta[w.lake.Abs(p.Path)]
+		if fi.Size() >= plan.target/2 || plan.today && m[metaBatches] != "" {
+			keep = append(keep, p)
+			continue
+		}
+		sizes[p.Path] = fi.Size()
+		key := strings.Join([]string{strconv.Itoa(int(p.Span.Partition)), m[metaTopic], m[metaTopicID], m[metaSchema]}, "\x00")
+		if groups[key] == nil {
+			order = append(order, key)
+		}
+		groups[key] = append(groups[key], p)
+	}
+	for _, key := range order {
+		files := groups[key]
+		slices.SortFunc(files, func(a, b lake.Part) int {
+			return cmp.Or(cmp.Compare(a.Span.MinSeq, b.Span.MinSeq), cmp.Compare(a.Path, b.Path))
+		})
+		var bin compactBin
+		flush := func() {
+			if len(bin.files) == 1 {
+				keep = append(keep, bin.files...)
+			} else if len(bin.files) > 1 {
+				bins = append(bins, bin)
+			}
+			bin = compactBin{}
+		}
+		for _, p := range files {
+			if len(bin.files) > 0 && bin.bytes+sizes[p.Path] > plan.target {
+				flush()
+			}
+			if bin.meta == nil {
+				bin.meta = meta[w.lake.Abs(p.Path)]
+			}
+			bin.files = append(bin.files, p)
+			bin.bytes += sizes[p.Path]
+		}
+		flush()
+	}
+	return bins, keep, nil
 }
 
 // settledFiles are the lake files of a table's day that batches up to the
@@ -331,73 +407,54 @@ func (w *Warehouse) dayBatches(ctx context.Context, dayDir string) ([]BatchPosit
 	return out, rows.Err()
 }
 
-// mergeGroup writes the files that replace a group's, into built.
-func (w *Warehouse) mergeGroup(ctx context.Context, t *table, dir, day, built string, g *compactGroup, target int64) ([]lakeFile, error) {
-	src := make([]string, len(g.files))
-	var floor uint64
-	newest := BatchPosition{}
-	for i, p := range g.files {
+// mergeBin writes the file that replaces a bin's, into built.
+func (w *Warehouse) mergeBin(ctx context.Context, t *table, dir, day, built string, b compactBin) (lakeFile, error) {
+	src := make([]string, len(b.files))
+	for i, p := range b.files {
 		src[i] = w.lake.Abs(p.Path)
 	}
 	meta, err := w.lakeMetadata(ctx, src)
 	if err != nil {
-		return nil, err
+		return lakeFile{}, err
 	}
-	for _, f := range src {
+	var floor uint64
+	newest := BatchPosition{}
+	s := b.files[0].Span
+	for i, f := range src {
 		fl, _ := strconv.ParseUint(meta[f][metaFloor], 10, 64)
 		floor = max(floor, fl)
-		if b, ok := batchPosition(meta[f]); ok && b.Batch > newest.Batch {
-			newest = b
+		if bp, ok := batchPosition(meta[f]); ok && bp.Batch > newest.Batch {
+			newest = bp
 		}
+		p := b.files[i].Span
+		s.First, s.Last, s.MinSeq, s.MaxSeq = min(s.First, p.First), max(s.Last, p.Last), min(s.MinSeq, p.MinSeq), max(s.MaxSeq, p.MaxSeq)
 	}
 	nb, err := json.Marshal(newest)
 	if err != nil {
-		return nil, err
+		return lakeFile{}, err
 	}
 	kv := fmt.Sprintf("{%s: %s, %s: %s, %s: %s, %s: '%d', %s: %s, %s: %s}",
-		literal(metaSchema), literal(g.meta[metaSchema]), literal(metaTopic), literal(g.meta[metaTopic]), literal(metaTopicID), literal(g.meta[metaTopicID]),
+		literal(metaSchema), literal(b.meta[metaSchema]), literal(metaTopic), literal(b.meta[metaTopic]), literal(metaTopicID), literal(b.meta[metaTopicID]),
 		literal(metaFloor), floor, literal(metaBatch), literal(string(nb)), literal(metaBatches), literal(lake.BatchesFile))
-	// The rows in order, numbered once: each piece takes its range.
-	const rows = "lakeflow_compact"
-	if _, err := w.conn.ExecContext(ctx, fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE %s AS
-		SELECT *, row_number() OVER (ORDER BY _cdc_seq, _cdc_ord, kafka_offset) - 1 AS lakeflow_row FROM read_parquet(%s, union_by_name = true)`, rows, sqlList(src))); err != nil {
-		return nil, err
+	f := w.lake.NewFile(dir, day, s)
+	path := filepath.Join(built, filepath.Base(f.Path))
+	if _, err := w.conn.ExecContext(ctx, fmt.Sprintf(`COPY (SELECT * FROM read_parquet(%s, union_by_name = true) ORDER BY _cdc_seq, _cdc_ord, kafka_offset)
+		TO %s (FORMAT parquet, COMPRESSION zstd, KV_METADATA %s)`, sqlList(src), literal(path), kv)); err != nil {
+		return lakeFile{}, err
 	}
-	defer w.conn.ExecContext(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+rows)
-	var total int64
-	if err := w.conn.QueryRowContext(ctx, "SELECT count(*) FROM "+rows).Scan(&total); err != nil {
-		return nil, err
+	if err := lake.Sync(path); err != nil {
+		return lakeFile{}, err
 	}
-	pieces := max(int64(1), (g.bytes+target-1)/max(target, 1))
-	per := (total + pieces - 1) / pieces
-	var out []lakeFile
-	for lo := int64(0); lo < total; lo += per {
-		where := fmt.Sprintf("lakeflow_row >= %d AND lakeflow_row < %d", lo, lo+per)
-		var s lake.Span
-		var minSeq, maxSeq uint64
-		var n int64
-		if err := w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT min(kafka_offset), max(kafka_offset), min(_cdc_seq), max(_cdc_seq), count(*) FROM %s WHERE %s", rows, where)).
-			Scan(&s.First, &s.Last, &minSeq, &maxSeq, &n); err != nil {
-			return nil, err
-		}
-		s.Partition, s.MinSeq, s.MaxSeq = g.files[0].Span.Partition, change.LSN(minSeq), change.LSN(maxSeq)
-		f := w.lake.NewFile(dir, day, s)
-		path := filepath.Join(built, filepath.Base(f.Path))
-		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf(`COPY (SELECT * EXCLUDE (lakeflow_row) FROM %s WHERE %s ORDER BY lakeflow_row)
-			TO %s (FORMAT parquet, COMPRESSION zstd, KV_METADATA %s)`, rows, where, literal(path), kv)); err != nil {
-			return nil, err
-		}
-		if err := lake.Sync(path); err != nil {
-			return nil, err
-		}
-		fi, err := os.Stat(path)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, lakeFile{File: f, table: t, topic: g.meta[metaTopic], topicID: g.meta[metaTopicID], day: day, part: s.Partition, first: s.First, last: s.Last,
-			n: n, minSeq: minSeq, maxSeq: maxSeq, size: fi.Size(), batch: newest.Batch})
+	var n int64
+	if err := w.conn.QueryRowContext(ctx, "SELECT count(*) FROM read_parquet("+literal(path)+")").Scan(&n); err != nil {
+		return lakeFile{}, err
 	}
-	return out, nil
+	fi, err := os.Stat(path)
+	if err != nil {
+		return lakeFile{}, err
+	}
+	return lakeFile{File: f, table: t, topic: b.meta[metaTopic], topicID: b.meta[metaTopicID], day: day, part: s.Partition, first: s.First, last: s.Last,
+		n: n, minSeq: uint64(s.MinSeq), maxSeq: uint64(s.MaxSeq), size: fi.Size(), batch: newest.Batch}, nil
 }
 
 // recordCompacted lists merged files in lakeflow.lake_files.
