@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/lakeflow/lakeflow/pipeline/config"
@@ -50,6 +53,12 @@ func Compact(ctx context.Context, cfg *config.Config, opts CompactOptions, log *
 		return st, err
 	}
 	defer wh.Close()
+	if opts.Table != "" {
+		if _, ok := wh.Schemas()[opts.Table]; !ok {
+			names := slices.Sorted(maps.Keys(wh.Schemas()))
+			return st, fmt.Errorf("%w: --table %s: the warehouse holds no such table (it holds %s)", fault.ErrConfig, opts.Table, strings.Join(names, ", "))
+		}
+	}
 	st, err = wh.Compact(ctx, warehouse.CompactOptions{Table: opts.Table, Before: opts.Before, Target: cfg.Lake.CompactTarget, Grace: cfg.Lake.CompactGrace, Wait: true})
 	if err != nil {
 		return st, err

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -190,4 +191,47 @@ func TestFollowCompactsBetweenBatches(t *testing.T) {
 	h.run(t, Options{})
 	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t", "public.u")
 	assertLakeExactlyOnce(t, h.cfg, "public.t", "public.u")
+}
+
+// TestCompactionKeepsWhatItDoesNotMerge: a file of the day that batches
+// after the last consistent one wrote, or that lakeflow.lake_files does
+// not list (a warehouse rebuilt from Kafka), is not merged and stays in
+// the day the compaction swaps in.
+func TestCompactionKeepsWhatItDoesNotMerge(t *testing.T) {
+	for _, mode := range []string{"unsettled", "unlisted"} {
+		t.Run(mode, func(t *testing.T) {
+			h := smallFilesLake(t, 3)
+			lk, err := lake.OpenExisting(h.cfg.Lake.Dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			parts, err := lk.Parts("u")
+			if err != nil || len(parts) < 3 {
+				t.Fatalf("u has %d files (%v): the test proves nothing", len(parts), err)
+			}
+			kept := parts[len(parts)-1].Path
+			db := openDuckRW(t, h.cfg.Warehouse.Live)
+			q := "UPDATE lakeflow.lake_files SET batch = 1000000000 WHERE path = ?"
+			if mode == "unlisted" {
+				q = "DELETE FROM lakeflow.lake_files WHERE path = ?"
+			}
+			if _, err := db.Exec(q, kept); err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+			tomorrow := time.Now().UTC().Add(24 * time.Hour).Format(time.DateOnly)
+			st, err := Compact(context.Background(), h.cfg, CompactOptions{Before: tomorrow}, h.log)
+			if err != nil || st.Replaced == 0 {
+				t.Fatalf("compact: %+v, %v", st, err)
+			}
+			if _, err := os.Stat(lk.Abs(kept)); err != nil {
+				t.Errorf("the %s file %s left the lake: %v", mode, kept, err)
+			}
+			glob := filepath.Join(h.cfg.Lake.Dir, "*", "*", "*.parquet")
+			if n := queryText(t, h.cfg.Warehouse.Path, "SELECT count(*) FROM parquet_schema('"+glob+"') WHERE name = 'date'"); n != "0" {
+				t.Errorf("%s lake files hold a date column (the path's Hive partition, read as a column)", n)
+			}
+			assertLakeExactlyOnce(t, h.cfg, "public.t", "public.u")
+		})
+	}
 }

@@ -1135,10 +1135,14 @@ func (c *consumer) compact(ctx context.Context) error {
 	tomorrow := time.Now().UTC().Add(24 * time.Hour).Format(time.DateOnly)
 	st, err := c.wh.Compact(statement(ctx), warehouse.CompactOptions{Before: tomorrow,
 		Target: c.lake.CompactTarget, Grace: c.lake.CompactGrace, MaxDays: 1, MaxBytes: c.lake.CompactTarget, Incremental: true})
+	if errors.Is(err, warehouse.ErrSwapUnfinished) {
+		// The warehouse names merged files the lake does not hold yet:
+		// the next start swaps them in before anything writes the lake.
+		return err
+	}
 	if err != nil {
-		// The lake stays as it was (a day built and not swapped in is
-		// finished or removed at the next start): the changes go on,
-		// and the next pass tries again.
+		// The lake stays as it was (a day built and not recorded is
+		// removed): the changes go on, and the next pass tries again.
 		c.log.Error("lake compaction failed: the lake keeps its small files until a later pass", "err", fault.OneLine(err.Error()), "next", c.lake.CompactInterval)
 		return nil
 	}

@@ -173,43 +173,60 @@ func (w *Warehouse) compactDay(ctx context.Context, t *table, dir, day string, p
 	if err != nil {
 		return done, err
 	}
-	bins, keep, err := w.binDay(parts, meta, plan)
+	bins, err := w.binDay(parts, meta, plan)
 	if err != nil || len(bins) == 0 {
 		return done, err
 	}
 	for i, b := range bins {
 		if plan.budget > 0 && done.bytes > 0 && done.bytes+b.bytes > plan.budget {
-			// Left for the next pass: the day built again holds them.
-			for _, rest := range bins[i:] {
-				keep = append(keep, rest.files...)
-			}
-			bins, done.left = bins[:i], true
+			bins, done.left = bins[:i], true // the rest: the next pass's
 			break
 		}
 		done.bytes += b.bytes
+	}
+	if !plan.wait {
+		// Readers hold the lake: the merge would be thrown away.
+		unlock, err := w.lake.LockSwaps(false)
+		if err != nil {
+			return done, err
+		}
+		unlock()
+	}
+	var replaced []lake.Part
+	for _, b := range bins {
+		replaced = append(replaced, b.files...)
 	}
 	rb := make([]byte, 8)
 	rand.Read(rb)
 	id := fmt.Sprintf("%s~%s~%s", dir, day, hex.EncodeToString(rb))
 	built := w.lake.CompactDir(id)
+	recorded := false
+	defer func() {
+		if !recorded {
+			w.lake.RemoveCompaction(id) // the lake and lake_files are as they were
+		}
+	}()
 	if err := os.MkdirAll(built, 0o755); err != nil {
 		return done, err
 	}
-	for _, p := range keep {
-		// Left as it is: the day built again holds it too.
-		if err := os.Link(w.lake.Abs(p.Path), filepath.Join(built, filepath.Base(p.Path))); err != nil {
+	// Everything of the day that is not merged, settled or not, listed in
+	// lake_files or not, is in the day built again as it is.
+	left, err := w.dayLeft(dir, day, replaced)
+	if err != nil {
+		return done, err
+	}
+	for _, name := range left {
+		if err := os.Link(filepath.Join(w.lake.DayDir(dir, day), name), filepath.Join(built, name)); err != nil {
 			return done, err
 		}
 	}
 	var written []lakeFile
-	var replaced []lake.Part
 	for _, b := range bins {
 		f, err := w.mergeBin(ctx, t, dir, day, built, b)
 		if err != nil {
 			return done, err
 		}
 		written = append(written, f)
-		replaced = append(replaced, b.files...)
 	}
 	if err := w.writeDayBatches(ctx, dir, day, built, replaced, meta); err != nil {
 		return done, err
@@ -219,9 +236,16 @@ func (w *Warehouse) compactDay(ctx context.Context, t *table, dir, day string, p
 	}
 	unlock, err := w.lake.LockSwaps(plan.wait)
 	if err != nil {
-		return done, errors.Join(err, os.RemoveAll(built))
+		return done, err
 	}
 	defer unlock()
+	// Nothing came into the day meanwhile (only this process writes the
+	// lake, between these steps): were it otherwise, the swap would hide it.
+	if now, err := w.dayLeft(dir, day, replaced); err != nil {
+		return done, err
+	} else if !slices.Equal(now, left) {
+		return done, fmt.Errorf("the day's files changed while it was compacted (%d left as they were, now %d)", len(left), len(now))
+	}
 	names := make([]string, 0, len(written))
 	for _, f := range written {
 		names = append(names, filepath.Base(f.Path))
@@ -244,32 +268,59 @@ func (w *Warehouse) compactDay(ctx context.Context, t *table, dir, day string, p
 	if err != nil {
 		return done, err
 	}
+	recorded = true
 	crash.Point(crash.CompactRecorded)
 	if err := w.swapCompacted(ctx, dir, day, id); err != nil {
-		return done, err
+		return done, fmt.Errorf("%w: %w", ErrSwapUnfinished, err)
 	}
 	done.replaced, done.written = len(replaced), len(written)
 	return done, nil
+}
+
+// ErrSwapUnfinished is the error of a compaction recorded in the
+// warehouse and not exchanged into the lake: lakeflow.lake_files names
+// the merged files, the day holds the old ones. Nothing may write the
+// lake until the next start finishes it (recoverCompactions).
+var ErrSwapUnfinished = errors.New("a compaction recorded in the warehouse is not swapped into the lake")
+
+// dayLeft lists the names in a table's day directory but the replaced
+// files and the batch list (which a compaction writes again), sorted.
+func (w *Warehouse) dayLeft(dir, day string, replaced []lake.Part) ([]string, error) {
+	entries, err := os.ReadDir(w.lake.DayDir(dir, day))
+	if err != nil {
+		return nil, err
+	}
+	gone := map[string]bool{lake.BatchesFile: true}
+	for _, p := range replaced {
+		gone[filepath.Base(p.Path)] = true
+	}
+	var left []string
+	for _, e := range entries {
+		if !gone[e.Name()] {
+			left = append(left, e.Name())
+		}
+	}
+	return left, nil
 }
 
 // binDay packs a day's files into the bins merged files replace: files
 // of one Kafka partition, topic era and schema, consecutive by position,
 // up to the target size a bin. Files of half the target or more (an
 // earlier pass's merged files among them) stay as they are, so a day
-// converges; so do, today, the files a compaction wrote, and every file
-// alone in its bin.
-func (w *Warehouse) binDay(parts []lake.Part, meta map[string]map[string]string, plan dayPlan) (bins []compactBin, keep []lake.Part, err error) {
+// converges; so do, today, the files a compaction wrote (plan.today),
+// and every file alone in its bin.
+func (w *Warehouse) binDay(parts []lake.Part, meta map[string]map[string]string, plan dayPlan) ([]compactBin, error) {
+	var bins []compactBin
 	groups := map[string][]lake.Part{}
 	var order []string
 	sizes := map[string]int64{}
 	for _, p := range parts {
 		fi, err := os.Stat(w.lake.Abs(p.Path))
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		m := meta[w.lake.Abs(p.Path)]
 		if fi.Size() >= plan.target/2 || plan.today && m[metaBatches] != "" {
-			keep = append(keep, p)
 			continue
 		}
 		sizes[p.Path] = fi.Size()
@@ -286,9 +337,7 @@ func (w *Warehouse) binDay(parts []lake.Part, meta map[string]map[string]string,
 		})
 		var bin compactBin
 		flush := func() {
-			if len(bin.files) == 1 {
-				keep = append(keep, bin.files...)
-			} else if len(bin.files) > 1 {
+			if len(bin.files) > 1 {
 				bins = append(bins, bin)
 			}
 			bin = compactBin{}
@@ -305,7 +354,7 @@ func (w *Warehouse) binDay(parts []lake.Part, meta map[string]map[string]string,
 		}
 		flush()
 	}
-	return bins, keep, nil
+	return bins, nil
 }
 
 // settledFiles are the lake files of a table's day that batches up to the
@@ -438,7 +487,8 @@ func (w *Warehouse) mergeBin(ctx context.Context, t *table, dir, day, built stri
 		literal(metaFloor), floor, literal(metaBatch), literal(string(nb)), literal(metaBatches), literal(lake.BatchesFile))
 	f := w.lake.NewFile(dir, day, s)
 	path := filepath.Join(built, filepath.Base(f.Path))
-	if _, err := w.conn.ExecContext(ctx, fmt.Sprintf(`COPY (SELECT * FROM read_parquet(%s, union_by_name = true) ORDER BY _cdc_seq, _cdc_ord, kafka_offset)
+	// (Not Hive partitioning: the day is in the path, not in the rows.)
+	if _, err := w.conn.ExecContext(ctx, fmt.Sprintf(`COPY (SELECT * FROM read_parquet(%s, union_by_name = true, hive_partitioning = false) ORDER BY _cdc_seq, _cdc_ord, kafka_offset)
 		TO %s (FORMAT parquet, COMPRESSION zstd, KV_METADATA %s)`, sqlList(src), literal(path), kv)); err != nil {
 		return lakeFile{}, err
 	}
@@ -504,18 +554,19 @@ func (w *Warehouse) recoverCompactions(ctx context.Context) error {
 	if err != nil || len(ids) == 0 {
 		return err
 	}
-	unlock, err := w.lake.LockSwaps(true)
-	if err != nil {
-		return err
-	}
-	defer unlock()
+	var unlock func()
+	defer func() {
+		if unlock != nil {
+			unlock()
+		}
+	}()
 	for _, id := range ids {
 		var table, day string
 		var swapped *time.Time
 		err := w.conn.QueryRowContext(ctx, "SELECT source_table, strftime(day, '%Y-%m-%d'), swapped_at FROM lakeflow.compactions WHERE id = ?", id).Scan(&table, &day, &swapped)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			if err := os.RemoveAll(w.lake.CompactDir(id)); err != nil {
+			if err := w.lake.RemoveCompaction(id); err != nil {
 				return err
 			}
 		case err != nil:
@@ -524,6 +575,15 @@ func (w *Warehouse) recoverCompactions(ctx context.Context) error {
 			// The id starts with the table's lake directory (a table taken
 			// out of source.tables since is not registered).
 			dir, _, _ := strings.Cut(id, "~")
+			if unlock == nil {
+				if unlock, err = w.lake.LockSwaps(false); errors.Is(err, lake.ErrReadersHold) {
+					w.log.Info("waiting for readers of the lake (lakeflow asof, check) to let go of it, to finish a compaction a crash interrupted", "table", table, "day", day)
+					unlock, err = w.lake.LockSwaps(true)
+				}
+				if err != nil {
+					return err
+				}
+			}
 			if err := w.swapCompacted(ctx, dir, day, id); err != nil {
 				return err
 			}
@@ -554,7 +614,7 @@ func (w *Warehouse) removeCompacted(ctx context.Context, grace time.Duration) (i
 		return 0, err
 	}
 	for _, id := range ids {
-		if err := os.RemoveAll(w.lake.CompactDir(id)); err != nil {
+		if err := w.lake.RemoveCompaction(id); err != nil {
 			return 0, err
 		}
 		if _, err := w.conn.ExecContext(ctx, "DELETE FROM lakeflow.compactions WHERE id = ?", id); err != nil {

@@ -25,7 +25,7 @@ import (
 // from the one it replaces: where the pipeline stands (offsets, batches,
 // source state), the lake's files and dead letters, the schema versions.
 // The rest (silver, history, quarantine, gold) is computed again.
-var stateTables = []string{"offsets", "batches", "source_state", "lake_files", "dlq", "schema_history"}
+var stateTables = []string{"offsets", "batches", "source_state", "lake_files", "dlq", "schema_history", "compactions"}
 
 // CopyStateTo copies this warehouse's state tables into the warehouse
 // file at path, which must have been created (Open) and hold none.

@@ -5,16 +5,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 )
 
 // A compaction builds a table's commit day again, its small files merged,
-// in a directory of its own under compactDir, then exchanges that
-// directory with the day's in one atomic rename: a reader listing the
-// lake sees the day's old files or its new ones, never both, never
-// neither. The old ones are left where the new were built, for readers
-// that opened them before, until a grace period has passed.
+// in a directory of its own under compactDir (<id>/day: one level deeper
+// than a table's days, so a glob of the lake's tables, lake/*/*/*.parquet,
+// never counts old files), then exchanges that directory with the day's
+// in one atomic rename: a reader listing the lake sees the day's old
+// files or its new ones, never both, never neither. The old ones are left
+// where the new were built, for readers that opened them before, until a
+// grace period has passed.
 const compactDir = "_compact"
 
 // BatchesFile is the file, beside a day's merged files, that lists every
@@ -25,10 +25,9 @@ const BatchesFile = "_batches"
 
 // CompactDir is the directory a compaction with id builds its day in
 // (and, once swapped, keeps the old files in).
-func (l *Lake) CompactDir(id string) string { return filepath.Join(l.dir, compactDir, id) }
+func (l *Lake) CompactDir(id string) string { return filepath.Join(l.dir, compactDir, id, "day") }
 
-// CompactIDs lists the compactions whose directories exist (parked by an
-// exchange by renames a crash interrupted, too).
+// CompactIDs lists the compactions whose directories exist.
 func (l *Lake) CompactIDs() ([]string, error) {
 	entries, err := os.ReadDir(filepath.Join(l.dir, compactDir))
 	if errors.Is(err, os.ErrNotExist) {
@@ -39,9 +38,14 @@ func (l *Lake) CompactIDs() ([]string, error) {
 	}
 	ids := make([]string, 0, len(entries))
 	for _, e := range entries {
-		ids = append(ids, strings.TrimSuffix(e.Name(), exchanging))
+		ids = append(ids, e.Name())
 	}
-	return slices.Compact(ids), nil
+	return ids, nil
+}
+
+// RemoveCompaction removes what compaction id left under compactDir.
+func (l *Lake) RemoveCompaction(id string) error {
+	return os.RemoveAll(filepath.Dir(l.CompactDir(id)))
 }
 
 // DayDir is the directory of table's commit day (YYYY-MM-DD).
@@ -97,5 +101,5 @@ func (l *Lake) FinishExchange(table, day, id string) error {
 // entries, and its own up to the lake's root.
 func (l *Lake) SyncBuilt(id string) error {
 	built := l.CompactDir(id)
-	return errors.Join(l.sync(built), l.sync(filepath.Dir(built)), l.sync(l.dir))
+	return errors.Join(l.sync(built), l.sync(filepath.Dir(built)), l.sync(filepath.Dir(filepath.Dir(built))), l.sync(l.dir))
 }

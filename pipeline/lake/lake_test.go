@@ -104,7 +104,7 @@ func TestExchangeByRenamesFinishesAfterACrash(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if ids, err := l.CompactIDs(); err != nil || len(ids) != 1 {
+		if ids, err := l.CompactIDs(); err != nil || len(ids) != 1 || ids[0] != "t~2026-12-07~1" {
 			t.Fatalf("after %d renames the compactions are %v (%v)", renames, ids, err)
 		}
 		if err := l.FinishExchange("t", "2026-12-07", "t~2026-12-07~1"); err != nil {
