@@ -159,7 +159,7 @@ func TestCrashLoop(t *testing.T) {
 	if *crashKills >= 8 {
 		compactAt = map[int]string{*crashKills / 4: crash.CompactRecorded, 3 * *crashKills / 4: crash.CompactSwapped}
 	}
-	var random, unreached int
+	var random, unreached, rotation int
 	for kill := 0; kill < *crashKills; kill++ {
 		select {
 		case err := <-workload:
@@ -197,7 +197,8 @@ func TestCrashLoop(t *testing.T) {
 		case kill%3 == 2:
 			random++ // a random moment
 		default:
-			point = points[(kill-kill/3)%len(points)]
+			point = points[rotation%len(points)]
+			rotation++
 		}
 		p := startAt(t, h, bin, point, 1+rng.IntN(3))
 		if point == "" {
