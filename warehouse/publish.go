@@ -88,6 +88,10 @@ type Copy struct {
 	// what the copy costs.)
 	Held, Gold, Took time.Duration
 	Batch            int64
+	// Bytes is the copy's size; Cloned says the file system cloned the
+	// live file (reflinks: XFS, btrfs) instead of copying its bytes.
+	Bytes  int64
+	Cloned bool
 }
 
 // Capture checkpoints the live warehouse (the file then holds every
@@ -128,9 +132,12 @@ func (w *Warehouse) Capture(ctx context.Context, path string, consistentOnly boo
 	if fi, err := os.Stat(w.path + ".wal"); err == nil && fi.Size() > 0 {
 		return nil, fmt.Errorf("publish: the checkpoint of %s left %d bytes in its log", w.path, fi.Size())
 	}
-	if err := lake.Copy(w.path, c.tmp); err != nil {
+	if c.Cloned, err = lake.Copy(w.path, c.tmp); err != nil {
 		os.Remove(c.tmp)
 		return nil, fmt.Errorf("publish %s: %w", path, err)
+	}
+	if fi, err := os.Stat(c.tmp); err == nil {
+		c.Bytes = fi.Size()
 	}
 	// Every copy holds each mart as of its silver. Refreshed between
 	// batches before the checkpoint, the marts held batches up for longer

@@ -296,20 +296,25 @@ func (l *Lake) HighOffsets(table string) (map[int32]int64, error) {
 	return out, nil
 }
 
-// Copy copies the file src to dst, created or truncated (the kernel
-// copies the bytes: copy_file_range); Sync makes the copy durable.
-func Copy(src, dst string) error {
+// Copy copies the file src to dst, created or truncated: a clone where
+// the file system has reflinks (XFS, btrfs: the blocks are shared, O(1)
+// in the file's size), else the kernel copies the bytes
+// (copy_file_range). cloned says which. Sync makes the copy durable.
+func Copy(src, dst string) (cloned bool, err error) {
 	in, err := os.Open(src)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer in.Close()
 	out, err := os.Create(dst)
 	if err != nil {
-		return err
+		return false, err
+	}
+	if clone(out, in) {
+		return true, out.Close()
 	}
 	_, err = io.Copy(out, in)
-	return errors.Join(err, out.Close())
+	return false, errors.Join(err, out.Close())
 }
 
 // Sync makes a written file durable.

@@ -1,8 +1,10 @@
 package lake
 
 import (
+	"bytes"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -114,6 +116,44 @@ func TestExchangeByRenamesFinishesAfterACrash(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 				t.Errorf("after %d renames and the finish: %v", renames, err)
 			}
+		}
+	}
+}
+
+// TestCopyClonesWhereTheFileSystemCan: on XFS (a loop-mounted image) a
+// copy is a clone, whose writes leave the original as it was; on the
+// test's own directory, whatever it is, a copy holds the same bytes.
+func TestCopyClonesWhereTheFileSystemCan(t *testing.T) {
+	mkfs, err := exec.LookPath("mkfs.xfs")
+	if err != nil {
+		t.Fatal("mkfs.xfs is missing (scripts/test installs xfsprogs)")
+	}
+	dir := t.TempDir()
+	img, mnt := filepath.Join(dir, "xfs.img"), filepath.Join(dir, "mnt")
+	for _, cmd := range [][]string{{"truncate", "-s", "320M", img}, {mkfs, "-q", "-m", "reflink=1", img}, {"mkdir", mnt}, {"mount", "-o", "loop", img, mnt}} {
+		if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v (this test mounts an XFS image, which needs root): %v\n%s", cmd, err, out)
+		}
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	data := bytes.Repeat([]byte("lakeflow"), 1<<17)
+	for _, d := range []string{mnt, dir} {
+		src, dst := filepath.Join(d, "live.duckdb"), filepath.Join(d, "copy.duckdb")
+		if err := os.WriteFile(src, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cloned, err := Copy(src, dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d == mnt && !cloned {
+			t.Errorf("a copy on XFS was not a clone")
+		}
+		if err := os.WriteFile(dst, []byte("changed"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(src); !bytes.Equal(got, data) {
+			t.Errorf("writing the copy in %s changed the original (cloned %v)", d, cloned)
 		}
 	}
 }

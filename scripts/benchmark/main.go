@@ -311,7 +311,11 @@ func measurePublishing(sizes string) error {
 	}
 	fmt.Println("publishing warehouse.path (the live file checkpointed and copied, then synced and renamed into place):")
 	for _, c := range costs {
-		fmt.Printf("  %6.2f GB: %6.2f s  (%.0f MB/s), batches held up %.2f s\n", float64(c.Bytes)/1e9, c.Seconds, float64(c.Bytes)/1e6/c.Seconds, c.Held)
+		how := "copied"
+		if c.Cloned {
+			how = "cloned"
+		}
+		fmt.Printf("  %6.2f GB: %6.2f s  (%.0f MB/s, %s), batches held up %.2f s\n", float64(c.Bytes)/1e9, c.Seconds, float64(c.Bytes)/1e6/c.Seconds, how, c.Held)
 	}
 	return nil
 }

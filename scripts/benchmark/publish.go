@@ -23,6 +23,9 @@ type PublishCost struct {
 	// Held is the part that holds batches up: the checkpoint and the
 	// file's copy.
 	Held float64 `json:"held_seconds"`
+	// Cloned: the file system cloned the file (reflinks: XFS, btrfs)
+	// instead of copying its bytes.
+	Cloned bool `json:"cloned"`
 }
 
 // publishCosts measures lakeflow's publishing (a transaction-consistent
@@ -74,7 +77,7 @@ func publishCosts(ctx context.Context, work, sizes string) ([]PublishCost, error
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, PublishCost{Bytes: fi.Size(), Seconds: c.Took.Seconds(), Held: c.Held.Seconds()})
+		out = append(out, PublishCost{Bytes: fi.Size(), Seconds: c.Took.Seconds(), Held: c.Held.Seconds(), Cloned: c.Cloned})
 		os.RemoveAll(dir)
 	}
 	return out, nil
