@@ -1119,6 +1119,13 @@ func (c *consumer) prune(ctx context.Context) error {
 	if p.Batches+p.Runs+p.Checks > 0 {
 		c.log.Info("bookkeeping pruned", "batches_summarized", p.Batches, "runs", p.Runs, "checks", p.Checks)
 	}
+	// The files compactions replaced go once their grace has passed, also
+	// with run --follow's compaction off (lakeflow compact's, then).
+	if n, err := c.wh.RemoveCompacted(statement(ctx), c.lake.CompactGrace); err != nil {
+		c.log.Error("removing the files compactions replaced failed; they stay until the next try", "err", fault.OneLine(err.Error()), "next", pruneInterval)
+	} else if n > 0 {
+		c.log.Info("files compactions replaced removed", "compactions", n)
+	}
 	return nil
 }
 

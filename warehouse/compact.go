@@ -68,7 +68,7 @@ type CompactStats struct {
 func (w *Warehouse) Compact(ctx context.Context, opts CompactOptions) (CompactStats, error) {
 	var st CompactStats
 	var err error
-	if st.Removed, err = w.removeCompacted(ctx, opts.Grace); err != nil {
+	if st.Removed, err = w.RemoveCompacted(ctx, opts.Grace); err != nil {
 		return st, err
 	}
 	var newest int64
@@ -593,9 +593,10 @@ func (w *Warehouse) recoverCompactions(ctx context.Context) error {
 	return nil
 }
 
-// removeCompacted removes the old days of compactions swapped more than
-// grace ago, and reports how many.
-func (w *Warehouse) removeCompacted(ctx context.Context, grace time.Duration) (int, error) {
+// RemoveCompacted removes the old days of compactions swapped more than
+// grace ago, and reports how many (Compact does first; lakeflow run also
+// hourly, whether or not it compacts).
+func (w *Warehouse) RemoveCompacted(ctx context.Context, grace time.Duration) (int, error) {
 	rows, err := w.conn.QueryContext(ctx, fmt.Sprintf("SELECT id FROM lakeflow.compactions WHERE swapped_at < now() - to_microseconds(%d)", grace.Microseconds()))
 	if err != nil {
 		return 0, err
