@@ -206,21 +206,8 @@ func (w *Warehouse) NumberAfterLake(ctx context.Context) error {
 // registered tables that it does not list (a warehouse rebuilt without
 // the old one's list), and returns how many.
 func (w *Warehouse) AdoptLakeFiles(ctx context.Context) (int, error) {
-	listed := map[string]bool{}
-	rows, err := w.conn.QueryContext(ctx, "SELECT path FROM lakeflow.lake_files")
+	listed, err := w.stringSet(ctx, "SELECT path FROM lakeflow.lake_files")
 	if err != nil {
-		return 0, err
-	}
-	for rows.Next() {
-		var p string
-		if err := rows.Scan(&p); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		listed[p] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return 0, err
 	}
 	n := 0

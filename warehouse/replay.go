@@ -434,7 +434,12 @@ func (w *Warehouse) namesByFile(ctx context.Context, t *change.Table, files []st
 // columns lists the columns of a lake relation (its files', united by
 // name).
 func (w *Warehouse) columns(ctx context.Context, src string) (map[string]bool, error) {
-	rows, err := w.conn.QueryContext(ctx, "SELECT column_name FROM (DESCRIBE SELECT * FROM "+src+")")
+	return w.stringSet(ctx, "SELECT column_name FROM (DESCRIBE SELECT * FROM "+src+")")
+}
+
+// stringSet runs a query of one text column and returns its values.
+func (w *Warehouse) stringSet(ctx context.Context, q string, args ...any) (map[string]bool, error) {
+	rows, err := w.conn.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -453,21 +458,8 @@ func (w *Warehouse) columns(ctx context.Context, src string) (map[string]bool, e
 // structFields lists the fields of the images of a lake relation (its
 // files' fields, united by name).
 func (w *Warehouse) structFields(ctx context.Context, src string) (map[string]bool, error) {
-	rows, err := w.conn.QueryContext(ctx, "SELECT unnest(json_keys(to_json(x))) FROM (SELECT coalesce(after, before) AS x FROM "+src+
+	return w.stringSet(ctx, "SELECT unnest(json_keys(to_json(x))) FROM (SELECT coalesce(after, before) AS x FROM "+src+
 		" WHERE coalesce(after, before) IS NOT NULL LIMIT 1)")
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]bool{}
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			return nil, err
-		}
-		out[n] = true
-	}
-	return out, rows.Err()
 }
 
 // lakeType is the type the lake keeps a column's values in: silver's,
