@@ -2,8 +2,12 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/warehouse"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -233,5 +237,37 @@ func TestCompactionKeepsWhatItDoesNotMerge(t *testing.T) {
 			}
 			assertLakeExactlyOnce(t, h.cfg, "public.t", "public.u")
 		})
+	}
+}
+
+// TestRefusedSwapStopsUntilTheFileSystemLetsIt: the file system refuses
+// the swap of a recorded compaction (the table's directory immutable):
+// lakeflow compact, then lakeflow run, stop in the environment's class
+// saying so, and lakeflow run after the directory is writable again
+// finishes the swap and goes on, nothing lost.
+func TestRefusedSwapStopsUntilTheFileSystemLetsIt(t *testing.T) {
+	h := smallFilesLake(t, 2)
+	tableDir := filepath.Join(h.cfg.Lake.Dir, "u")
+	if out, err := exec.Command("chattr", "+i", tableDir).CombinedOutput(); err != nil {
+		t.Fatalf("chattr +i (this test needs root and a file system with attributes): %v\n%s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("chattr", "-i", tableDir).Run() })
+	tomorrow := time.Now().UTC().Add(24 * time.Hour).Format(time.DateOnly)
+	_, err := Compact(context.Background(), h.cfg, CompactOptions{Table: "public.u", Before: tomorrow}, h.log)
+	if !errors.Is(err, fault.ErrEnvironment) || !errors.Is(err, warehouse.ErrSwapUnfinished) {
+		t.Fatalf("lakeflow compact with the swap refused: %v, want the environment's class and the unfinished swap", err)
+	}
+	if err := Run(context.Background(), h.cfg, Options{}, h.log); !errors.Is(err, warehouse.ErrSwapUnfinished) {
+		t.Fatalf("lakeflow run with the swap still refused: %v, want the unfinished swap", err)
+	}
+	if out, err := exec.Command("chattr", "-i", tableDir).CombinedOutput(); err != nil {
+		t.Fatalf("chattr -i: %v\n%s", err, out)
+	}
+	pgtest.Exec(t, h.dsn, `INSERT INTO u VALUES (600)`)
+	h.run(t, Options{})
+	assertSilverEqualsSource(t, h.dsn, h.cfg.Warehouse.Path, "public.t", "public.u")
+	assertLakeExactlyOnce(t, h.cfg, "public.t", "public.u")
+	if left := queryText(t, h.cfg.Warehouse.Path, "SELECT count(*) FROM lakeflow.compactions WHERE swapped_at IS NULL"); left != "0" {
+		t.Fatalf("%s compactions left unfinished after the run", left)
 	}
 }

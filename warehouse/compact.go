@@ -18,6 +18,7 @@ import (
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/crash"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/lake"
 )
 
@@ -271,7 +272,7 @@ func (w *Warehouse) compactDay(ctx context.Context, t *table, dir, day string, p
 	recorded = true
 	crash.Point(crash.CompactRecorded)
 	if err := w.swapCompacted(ctx, dir, day, id); err != nil {
-		return done, fmt.Errorf("%w: %w", ErrSwapUnfinished, err)
+		return done, unfinished(err)
 	}
 	done.replaced, done.written = len(replaced), len(written)
 	return done, nil
@@ -282,6 +283,14 @@ func (w *Warehouse) compactDay(ctx context.Context, t *table, dir, day string, p
 // the merged files, the day holds the old ones. Nothing may write the
 // lake until the next start finishes it (recoverCompactions).
 var ErrSwapUnfinished = errors.New("a compaction recorded in the warehouse is not swapped into the lake")
+
+// unfinished is the stop of a swap that failed once recorded, in the
+// environment's class (exit 3): only the lake's file system can refuse
+// a rename within it, and once it lets it, the next lakeflow run (or
+// compact) finishes the swap before anything else.
+func unfinished(err error) error {
+	return fmt.Errorf("%w: %w: %w (lakeflow run finishes it at its start once the lake's file system lets it rename there)", fault.ErrEnvironment, ErrSwapUnfinished, err)
+}
 
 // dayLeft lists the names in a table's day directory but the replaced
 // files and the batch list (which a compaction writes again), sorted.
@@ -362,21 +371,8 @@ func (w *Warehouse) binDay(parts []lake.Part, meta map[string]map[string]string,
 // transaction the lake may not have the rest of yet), or that a rebuilt
 // warehouse adopted.
 func (w *Warehouse) settledFiles(ctx context.Context, t *table, day string, newest int64) (map[string]bool, error) {
-	rows, err := w.conn.QueryContext(ctx, fmt.Sprintf("SELECT path FROM lakeflow.lake_files WHERE source_table = %s AND day = DATE %s AND coalesce(batch, 0) <= %d",
-		literal(t.schema.ID()), literal(day), newest))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	settled := map[string]bool{}
-	for rows.Next() {
-		var p string
-		if err := rows.Scan(&p); err != nil {
-			return nil, err
-		}
-		settled[p] = true
-	}
-	return settled, rows.Err()
+	return w.stringSet(ctx, "SELECT path FROM lakeflow.lake_files WHERE source_table = ? AND day = ?::DATE AND coalesce(batch, 0) <= ?",
+		t.schema.ID(), day, newest)
 }
 
 // writeDayBatches writes, into a day built for compaction, the list of
@@ -585,7 +581,7 @@ func (w *Warehouse) recoverCompactions(ctx context.Context) error {
 				}
 			}
 			if err := w.swapCompacted(ctx, dir, day, id); err != nil {
-				return err
+				return unfinished(err)
 			}
 			w.log.Info("a compaction a crash interrupted is finished", "table", table, "day", day)
 		}
@@ -597,24 +593,11 @@ func (w *Warehouse) recoverCompactions(ctx context.Context) error {
 // grace ago, and reports how many (Compact does first; lakeflow run also
 // hourly, whether or not it compacts).
 func (w *Warehouse) RemoveCompacted(ctx context.Context, grace time.Duration) (int, error) {
-	rows, err := w.conn.QueryContext(ctx, fmt.Sprintf("SELECT id FROM lakeflow.compactions WHERE swapped_at < now() - to_microseconds(%d)", grace.Microseconds()))
+	ids, err := w.stringSet(ctx, fmt.Sprintf("SELECT id FROM lakeflow.compactions WHERE swapped_at < now() - to_microseconds(%d)", grace.Microseconds()))
 	if err != nil {
 		return 0, err
 	}
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		ids = append(ids, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, err
-	}
-	for _, id := range ids {
+	for id := range ids {
 		if err := w.lake.RemoveCompaction(id); err != nil {
 			return 0, err
 		}
