@@ -262,10 +262,18 @@ func (c *Consumer) poll(ctx context.Context, max int, wait time.Duration) ([]*kg
 	return recs, nil
 }
 
-// Behind says whether a partition held records beyond those Poll
-// returned when it last reported its end: the consumer is behind.
+// Behind says whether a partition being fetched held records beyond
+// those Poll returned when it last reported its end: the consumer is
+// behind, and polling again brings more. A paused partition counts for
+// nothing: its records come only once the caller resumes it, so a
+// caller that waited for them before deciding would wait for ever (a
+// drain, whose last batch waited for a partition it had paused itself,
+// stood still until it was cancelled).
 func (c *Consumer) Behind() bool {
 	for tp, high := range c.high {
+		if c.paused[tp] {
+			continue
+		}
 		if next, ok := c.next[tp.Topic][tp.Partition]; ok && high > next {
 			return true
 		}
