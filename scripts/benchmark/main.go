@@ -84,6 +84,8 @@ type Result struct {
 	// InitialLoad is the first run's copy of tables that already hold
 	// rows, against COPY of the same tables (-initial-only).
 	InitialLoad InitialLoadResult `json:"initial_load"`
+	// Age is the aging run's costs at its start and end (-age).
+	Age *AgeResult `json:"age,omitempty"`
 	// Replay is lakeflow run into a fresh warehouse of the profiled run's
 	// data directory: the source has nothing new; Kafka holds every
 	// record, read from the start (the lake is not written again).
@@ -121,6 +123,8 @@ type FreshnessResult struct {
 	// CPUSeconds is lakeflow's CPU time over the whole --follow run
 	// (3 s before the load, 7 s after it): what freshness costs.
 	CPUSeconds float64 `json:"cpu_seconds"`
+	// PeakRSS is that run's peak resident memory.
+	PeakRSS int64 `json:"peak_rss_bytes"`
 	// While the load ran: how busy the machine's cores were (a fraction
 	// of all of them), and how many cores lakeflow and everything else
 	// (PostgreSQL, the load, this bench) kept busy. A machine near 1 runs
@@ -169,7 +173,16 @@ func main() {
 	idleFor := flag.Duration("idle", 10*time.Minute, "how long to measure run --follow with nothing to capture (0: not at all; -quick: not unless given)")
 	idleAlone := flag.Bool("idle-only", false, "instead: the idle measurement alone, on a warehouse of -events changes, written into -out's idle figures")
 	initialRows := flag.Int("initial-only", 0, "instead: the initial load of this many rows (demo tables and a table of every type) against COPY, written into -out's initial-load figures")
+	age := flag.Duration("age", 0, "instead: an aging run of run --follow this long (e.g. 30m) in compressed time, its costs at the start and the end, written into -out's age figures")
+	ageRate := flag.Int("age-rate", steadyRate, "the aging run's steady load, changes a second")
 	flag.Parse()
+	if *age > 0 {
+		if err := ageOnly(*age, *ageRate, *out, *bin); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *initialRows > 0 {
 		if err := initialOnly(*initialRows, *out, *bin, *profile); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -657,23 +670,30 @@ const (
 // synchronously.
 func freshness(ctx context.Context, bin, cfgFile, lakeDir, dsn string) (async, sync FreshnessResult, err error) {
 	step("lakeflow run --follow under a steady %d changes/s for %d s", steadyRate, steadySeconds)
-	if async, err = steady(ctx, bin, cfgFile, lakeDir, dsn, "steady.log"); err != nil {
+	load := steadyLoad{Rate: steadyRate, Seconds: steadySeconds, Seed: 43}
+	if async, err = steady(ctx, bin, cfgFile, lakeDir, dsn, "steady.log", load); err != nil {
 		return async, sync, err
 	}
 	step("again, the load committed synchronously")
-	sync, err = steady(ctx, bin, cfgFile, lakeDir, dsn+"&synchronous_commit=on", "steady-sync.log")
+	sync, err = steady(ctx, bin, cfgFile, lakeDir, dsn+"&synchronous_commit=on", "steady-sync.log", load)
 	return async, sync, err
 }
 
+// steadyLoad is the demo workload at a steady rate for a while.
+type steadyLoad struct {
+	Rate, Seconds int
+	Seed          uint64
+}
+
 // steady runs lakeflow run --follow while the demo workload makes
-// steadyRate changes a second, stops it, and reads, for every change
+// load.Rate changes a second, stops it, and reads, for every change
 // made meanwhile, the time from its source commit to the commit of the
 // batch that applied it to silver (its lake file's _commit_ts, and
 // lakeflow.batches), and to the first published copy that holds that
 // batch (the run's log, kept as logName beside cfgFile, says when each
 // copy was in place and which batch it holds).
-func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn, logName string) (FreshnessResult, error) {
-	r := FreshnessResult{Rate: steadyRate}
+func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn, logName string, load steadyLoad) (FreshnessResult, error) {
+	r := FreshnessResult{Rate: load.Rate}
 	cmd := exec.Command(bin, "--config", cfgFile, "--log-level", "debug", "run", "--follow")
 	var log strings.Builder
 	cmd.Stderr = &log
@@ -683,7 +703,7 @@ func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn, logName string) (Fr
 	time.Sleep(3 * time.Second) // streaming
 	t0, m := time.Now(), sampleMachine()
 	own0 := processTicks(cmd.Process.Pid)
-	_, err := demo.Workload{Events: steadyRate * steadySeconds, Seed: 43, Rate: steadyRate}.Run(ctx, dsn)
+	_, err := demo.Workload{Events: load.Rate * load.Seconds, Seed: load.Seed, Rate: load.Rate}.Run(ctx, dsn)
 	r.Seconds = time.Since(t0).Seconds()
 	busy := m.busyCores()
 	own1 := processTicks(cmd.Process.Pid)
@@ -702,6 +722,7 @@ func steady(ctx context.Context, bin, cfgFile, lakeDir, dsn, logName string) (Fr
 		return r, err
 	}
 	r.CPUSeconds = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+	r.PeakRSS = cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss * 1024
 	// When each copy was in place, and the batch it holds.
 	type copied struct {
 		at    time.Time
