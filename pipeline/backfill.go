@@ -70,7 +70,7 @@ func Backfill(ctx context.Context, cfg *config.Config, opts BackfillOptions, log
 			return st, fmt.Errorf("%w: %v", fault.ErrEnvironment, err)
 		}
 	}
-	if err := rebuild(ctx, cfg, out, &st, log); err != nil {
+	if err := rebuild(ctx, cfg, out, nil, &st, log); err != nil {
 		return st, err
 	}
 	st.Seconds = time.Since(t0).Seconds()
@@ -116,7 +116,7 @@ func publishLive(ctx context.Context, cfg *config.Config, log *slog.Logger) erro
 // letters, schema versions) if it opens, else what the lake's files say
 // of themselves; then silver, history, quarantine and gold, by replaying
 // every lake event.
-func rebuild(ctx context.Context, cfg *config.Config, path string, st *BackfillStats, log *slog.Logger) error {
+func rebuild(ctx context.Context, cfg *config.Config, path string, days *warehouse.DayRange, st *BackfillStats, log *slog.Logger) error {
 	t0 := time.Now()
 	step := func(what string) {
 		log.Debug("rebuild", "step", what, "elapsed", time.Since(t0).Round(time.Millisecond))
@@ -202,14 +202,17 @@ func rebuild(ctx context.Context, cfg *config.Config, path string, st *BackfillS
 		}
 	}
 	step("lake files adopted")
-	if st.ReplayStats, err = nw.Replay(ctx, warehouse.ReplayScope{ChunkEvents: replayChunk}); err != nil {
+	if st.ReplayStats, err = nw.Replay(ctx, warehouse.ReplayScope{ChunkEvents: replayChunk, Days: days}); err != nil {
 		return err
 	}
 	step("lake replayed")
-	if err := setMarts(ctx, cfg, nw); err != nil {
-		return err
+	if days == nil {
+		// (A backfill of days recomputes the live warehouse's marts.)
+		if err := setMarts(ctx, cfg, nw); err != nil {
+			return err
+		}
+		step("gold built")
 	}
-	step("gold built")
 	err = nw.Close()
 	step("closed")
 	return err
@@ -262,10 +265,12 @@ func lakeDays(cfg *config.Config, from, to time.Time) (first, last string, found
 	return first, last, found, nil
 }
 
-// backfillRange rebuilds what the days From to To changed: the lake is
-// replayed whole into a shadow warehouse (exact: a key's row depends on
-// all its history), and the slice is swapped into the warehouse in one
-// transaction. With Mart, only that mart is recomputed, from silver.
+// backfillRange rebuilds what the days From to To changed: the keys those
+// days changed are replayed from the lake with all their history (exact:
+// a key's row depends on all of it), with the tables existence rules
+// reference whole, into a shadow warehouse, and the slice is swapped into
+// the warehouse in one transaction. With Mart, only that mart is
+// recomputed, from silver.
 func backfillRange(ctx context.Context, cfg *config.Config, opts BackfillOptions, log *slog.Logger) (BackfillStats, error) {
 	var st BackfillStats
 	t0 := time.Now()
@@ -290,7 +295,7 @@ func backfillRange(ctx context.Context, cfg *config.Config, opts BackfillOptions
 			}
 		}
 		defer os.Remove(shadow)
-		if err := rebuild(ctx, cfg, shadow, &st, log); err != nil {
+		if err := rebuild(ctx, cfg, shadow, &warehouse.DayRange{From: opts.From, To: opts.To}, &st, log); err != nil {
 			return st, err
 		}
 	}

@@ -132,7 +132,7 @@ func (w *Warehouse) redeem(ctx context.Context, order []*table, rows map[*table]
 		where := fmt.Sprintf("%s IN (SELECT %s FROM lakeflow.deferred WHERE source_table = %s)", deferredKey, deferredKey, literal(s.table))
 		// Offsets below zero, which no record of the batch has: the
 		// rules tell changes apart by partition and offset.
-		n, info, err := w.loadRows(ctx, t, files, renames[s.table], where, "-"+replayOffsets)
+		n, info, err := w.loadRows(ctx, t, files, renames[s.table], where, "-"+replayOffsets, false)
 		if err != nil {
 			return nil, fmt.Errorf("read the changes of %s deferred for an existence rule back from the lake: %w", s.table, err)
 		}

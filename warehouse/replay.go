@@ -36,6 +36,13 @@ type ReplayScope struct {
 	// others are read and judged for the rules of these (an existence rule
 	// needs the changes of the table it references, judged), then dropped.
 	Apply map[string]bool
+	// Days, if set, are the commit days a backfill of days rebuilds: of a
+	// table no existence rule references, only the keys those days
+	// changed are applied, with all their history (a key's row, history
+	// and judgement depend on its changes alone), and every truncate; a
+	// table a rule references is applied whole, since rules judge against
+	// all of it. What the backfill takes from the replay is those keys'.
+	Days *DayRange
 }
 
 // Bound is a point of the log: every transaction committed at or before
@@ -66,6 +73,8 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 	var st ReplayStats
 	files := map[*table][]string{}
 	var all []string
+	referenced := w.referenced()
+	sliced := map[*table]bool{}
 	for _, t := range w.tables {
 		if scope.Tables != nil && !scope.Tables[t.schema.ID()] {
 			continue
@@ -73,6 +82,21 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 		parts, err := w.parts(lakeDir(t.schema))
 		if err != nil {
 			return st, err
+		}
+		if scope.Days != nil && !referenced[t.schema.ID()] {
+			var changed []string
+			for _, p := range parts {
+				if scope.Days.holds(p.Day) {
+					changed = append(changed, w.lake.Abs(p.Path))
+				}
+			}
+			if len(changed) == 0 {
+				continue // nothing of it to rebuild
+			}
+			if err := w.makeSliceKeys(ctx, t, changed); err != nil {
+				return st, err
+			}
+			sliced[t] = true
 		}
 		for _, p := range parts {
 			if !scope.Upto.admits(p) {
@@ -118,7 +142,7 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 			rows := map[*table]rowsInfo{}
 			var touched []*table
 			for _, t := range order {
-				n, info, err := w.loadRows(ctx, t, files[t], renames[t.schema.ID()], scope.Upto.where(lo, hi), replayOffsets)
+				n, info, err := w.loadRows(ctx, t, files[t], renames[t.schema.ID()], scope.Upto.where(lo, hi), replayOffsets, sliced[t])
 				if err != nil {
 					return fmt.Errorf("read the lake of %s: %w", t.schema.ID(), err)
 				}
@@ -237,7 +261,7 @@ func (w *Warehouse) renameChains(ctx context.Context) (map[string]map[string][]s
 // key (a before image whose other columns are all NULL: the lake keeps no
 // flag, and for a full image the key-only apply gives the same row) and
 // how many truncates.
-func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, renames map[string][]string, where, offsets string) (int, rowsInfo, error) {
+func (w *Warehouse) loadRows(ctx context.Context, t *table, files []string, renames map[string][]string, where, offsets string, sliced bool) (int, rowsInfo, error) {
 	byFile, err := w.namesByFile(ctx, t.schema, files)
 	if err != nil {
 		return 0, rowsInfo{}, err
@@ -339,6 +363,13 @@ FROM %s WHERE %s`, rowsTable(t.id), image("after"), image("before"), offsets, un
 		from := fmt.Sprintf("(SELECT op, lsn, _cdc_seq, _cdc_ord FROM %s WHERE %s)", src, where)
 		if err := w.reconcile(ctx, t, from); err != nil {
 			return 0, rowsInfo{}, fmt.Errorf("reconcile %s with its copy: %w", t.schema.ID(), err)
+		}
+	} else if sliced {
+		// Of a backfill's slice (ReplayScope.Days), the keys it holds;
+		// a part whose copy is reconciled keeps every key, as the
+		// reconciliation reads them all.
+		if _, err := w.conn.ExecContext(ctx, fmt.Sprintf("DELETE FROM %s WHERE op <> 't' AND NOT %s", rowsTable(t.id), sliceKeys(t, "after."))); err != nil {
+			return 0, rowsInfo{}, err
 		}
 	}
 	var nonKey []string

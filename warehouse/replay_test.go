@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/config"
@@ -129,6 +130,17 @@ func replayed(t *testing.T, f *fixture, chunk int) string {
 // of about chunk events (0: one chunk), set up first by setup if given.
 func replayView(t *testing.T, f *fixture, chunk int, setup func(*Warehouse)) *Warehouse {
 	t.Helper()
+	scope := ReplayScope{ChunkEvents: chunk}
+	if chunk == 0 {
+		scope.Upto = &Bound{Seq: ^change.LSN(0)}
+	}
+	return replayScoped(t, f, scope, setup)
+}
+
+// replayScoped is an in-memory warehouse rebuilt from f's lake in scope,
+// set up first by setup if given.
+func replayScoped(t *testing.T, f *fixture, scope ReplayScope, setup func(*Warehouse)) *Warehouse {
+	t.Helper()
 	ctx := context.Background()
 	v, err := OpenView(ctx, "", config.Warehouse{}, f.wh.lake, slog.New(slog.NewTextHandler(io.Discard, nil)), View{})
 	if err != nil {
@@ -141,10 +153,6 @@ func replayView(t *testing.T, f *fixture, chunk int, setup func(*Warehouse)) *Wa
 	if err := v.ApplyVersions(ctx, ls.Schemas, "lf._schemas"); err != nil {
 		t.Fatal(err)
 	}
-	scope := ReplayScope{ChunkEvents: chunk}
-	if chunk == 0 {
-		scope.Upto = &Bound{Seq: ^change.LSN(0)}
-	}
 	if setup != nil {
 		setup(v)
 	}
@@ -152,4 +160,44 @@ func replayView(t *testing.T, f *fixture, chunk int, setup func(*Warehouse)) *Wa
 		t.Fatal(err)
 	}
 	return v
+}
+
+// TestReplayOfDaysHoldsTheirKeysWhole: the replay of a backfill of days
+// applies the keys those days changed, each with all its history, and
+// no other: their silver rows and quarantined changes are the stream's.
+func TestReplayOfDaysHoldsTheirKeysWhole(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	rules := `[[rules]]
+name = "named"
+check = "name <> 'bad'"
+`
+	f.withContract(rules)
+	// The fixture's commit time is a day's last second plus seq µs: from
+	// seq 1,000,000 on, changes commit the next day, 2024-03-01.
+	const next = 2_000_000
+	f.apply(f.rec(change.OpCreate, 100, 1, "1", "a", ""), f.rec(change.OpCreate, 100, 2, "2", "b", ""), f.rec(change.OpCreate, 100, 3, "3", "c", ""))
+	f.apply(f.rec(change.OpUpdate, 200, 1, "2", "b2", ""), f.rec(change.OpUpdate, 300, 1, "1", "bad", ""))
+	f.apply(f.rec(change.OpUpdate, next, 1, "1", "a2", ""), f.rec(change.OpCreate, next+100, 1, "4", "bad", ""), f.keyOnlyDelete(next+200, 1, "3"))
+	var want []string
+	for _, line := range strings.Split(f.silver(), "\n") {
+		if strings.HasPrefix(line, "1 ") || strings.HasPrefix(line, "3 ") {
+			want = append(want, line)
+		}
+	}
+	wantHeld := f.quarantine()
+	if len(want) != 2 || !strings.Contains(wantHeld, `{"id":4}`) {
+		t.Fatalf("the stream gave silver\n%s\nand quarantine %s: want keys 1 and 3, and 4 held back", f.silver(), wantHeld)
+	}
+	day := time.Date(2024, 3, 1, 0, 0, 0, 0, time.UTC)
+	for _, chunk := range []int{2, 1000} {
+		v := replayScoped(t, f, ReplayScope{ChunkEvents: chunk, Days: &DayRange{From: day, To: day}}, func(v *Warehouse) { (&fixture{t: t, wh: v}).withContract(rules) })
+		r := &fixture{t: t, wh: v}
+		got, held := r.silver(), r.quarantine()
+		v.Close()
+		if got != strings.Join(want, "\n") || held != wantHeld {
+			t.Errorf("replay of 2024-03-01 in chunks of %d events gave silver\n%s\nquarantine %s\nwant the stream's of keys 1 and 3 (not 2, which the day left alone):\n%s\n%s",
+				chunk, got, held, strings.Join(want, "\n"), wantHeld)
+		}
+	}
 }

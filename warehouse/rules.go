@@ -408,3 +408,17 @@ func referenceSQL(t, u *table, r contracts.Rule, uTouched bool, uRows rowsInfo) 
 	return fmt.Sprintf(`INSERT INTO lakeflow_failures SELECT %d, ev.kafka_partition, ev.kafka_offset, %s, %s FROM %s WHERE %s AND NOT %s`,
 		t.id, literal(r.Name), literal(string(r.Action)), from, strings.Join(notNull, " AND "), alive)
 }
+
+// referenced is the tables (by source ID) an existence rule of another
+// table references: its changes are judged against all of them.
+func (w *Warehouse) referenced() map[string]bool {
+	out := map[string]bool{}
+	for _, t := range w.tables {
+		for _, r := range t.rules {
+			if r.References != nil {
+				out[r.References.Table.String()] = true
+			}
+		}
+	}
+	return out
+}

@@ -37,6 +37,7 @@ func (w *Warehouse) ReplaceSlice(ctx context.Context, shadow string, from, to ti
 		defer w.conn.ExecContext(context.WithoutCancel(ctx), "DETACH lakeflow_shadow")
 	}
 	day := func(t time.Time) string { return "DATE " + literal(t.Format(time.DateOnly)) }
+	days := DayRange{From: from, To: to}
 	var tables []*table
 	for _, t := range w.tables {
 		parts, err := w.lake.Parts(lakeDir(t.schema))
@@ -45,27 +46,21 @@ func (w *Warehouse) ReplaceSlice(ctx context.Context, shadow string, from, to ti
 		}
 		var files []string
 		for _, p := range parts {
-			if d, err := time.Parse(time.DateOnly, p.Day); err == nil && !d.Before(from) && !d.After(to) {
+			if days.holds(p.Day) {
 				files = append(files, w.lake.Abs(p.Path))
 			}
 		}
 		if len(files) == 0 {
 			continue
 		}
-		var keys []string
-		for i, k := range t.schema.KeyColumns() {
-			keys = append(keys, fmt.Sprintf("COALESCE(after, before).%s AS k%d", ident(t.schema.Columns[k].Name), i))
-		}
-		_, err = w.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT DISTINCT %s FROM read_parquet(%s, union_by_name = true) WHERE op <> 't'",
-			sliceTable(t.id), strings.Join(keys, ", "), sqlList(files)))
-		if err != nil {
+		if err := w.makeSliceKeys(ctx, t, files); err != nil {
 			return st, err
 		}
 		tables = append(tables, t)
 	}
 	err := w.inTx(ctx, func(ctx context.Context) error {
 		for _, t := range tables {
-			in := sliceKeys(t, "s")
+			in := sliceKeys(t, "s.")
 			if err := w.exec(ctx, []string{fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT s.* FROM silver.%s s WHERE %s", changedTable(t.id), ident(t.schema.Name), in)}); err != nil {
 				return err
 			}
@@ -138,14 +133,39 @@ func (w *Warehouse) ReplaceSlice(ctx context.Context, shadow string, from, to ti
 	return st, err
 }
 
+// DayRange is the commit days a backfill of days rebuilds, From to To.
+type DayRange struct {
+	From, To time.Time
+}
+
+// holds says whether day (YYYY-MM-DD, a lake partition's) is in the range.
+func (r DayRange) holds(day string) bool {
+	d, err := time.Parse(time.DateOnly, day)
+	return err == nil && !d.Before(r.From) && !d.After(r.To)
+}
+
 // sliceTable holds the keys of table id that a backfill's days changed.
 func sliceTable(id int) string { return fmt.Sprintf("lakeflow_slice_%d", id) }
 
-// sliceKeys is SQL saying that the row aliased r has a key of the slice.
+// makeSliceKeys fills sliceTable with the keys (k0, k1, …) of t that the
+// lake files changed (a truncate names none).
+func (w *Warehouse) makeSliceKeys(ctx context.Context, t *table, files []string) error {
+	var keys []string
+	for i, k := range t.schema.KeyColumns() {
+		keys = append(keys, fmt.Sprintf("COALESCE(after, before).%s AS k%d", ident(t.schema.Columns[k].Name), i))
+	}
+	_, err := w.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT DISTINCT %s FROM read_parquet(%s, union_by_name = true) WHERE op <> 't'",
+		sliceTable(t.id), strings.Join(keys, ", "), sqlList(files)))
+	return err
+}
+
+// sliceKeys is SQL saying that the row whose key columns are prefixed by
+// r (an alias and a dot, or a struct column and a dot) has a key of the
+// slice.
 func sliceKeys(t *table, r string) string {
 	var on []string
 	for i, k := range t.schema.KeyColumns() {
-		on = append(on, fmt.Sprintf("k.k%d = %s.%s", i, r, ident(t.schema.Columns[k].Name)))
+		on = append(on, fmt.Sprintf("k.k%d = %s%s", i, r, ident(t.schema.Columns[k].Name)))
 	}
 	return fmt.Sprintf("EXISTS (SELECT 1 FROM %s k WHERE %s)", sliceTable(t.id), strings.Join(on, " AND "))
 }

@@ -603,8 +603,8 @@ var scratch = map[string]string{
 // releaseScratch frees the TEMP tables a committed batch leaves behind:
 // the rows of one image a change and the merge's intermediates
 // take as much memory as the batch itself, and kept until the next batch
-// replaces them they would double DuckDB's peak (lakeflow_known is the
-// session's, not the batch's). It runs after a commit, so a cancel
+// replaces them they would double DuckDB's peak (lakeflow_known and a
+// backfill's slice keys are the session's, not the batch's). It runs after a commit, so a cancel
 // (Ctrl-C) does not stop it: the batch is done either way. The pages
 // DuckDB's allocator holds freed are not purged here: the next batch of a
 // backlog faults them in again (a replay of 1.4M events: 59 s and 65 s of
@@ -613,7 +613,7 @@ var scratch = map[string]string{
 // for its decay time.
 func (w *Warehouse) releaseScratch(ctx context.Context) error {
 	ctx = context.WithoutCancel(ctx)
-	rows, err := w.conn.QueryContext(ctx, "SELECT table_name FROM duckdb_tables() WHERE temporary AND table_name <> 'lakeflow_known'")
+	rows, err := w.conn.QueryContext(ctx, "SELECT table_name FROM duckdb_tables() WHERE temporary AND table_name <> 'lakeflow_known' AND NOT starts_with(table_name, 'lakeflow_slice_')")
 	if err != nil {
 		return err
 	}
