@@ -72,6 +72,7 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 	defer func() { w.open = open }()
 	var st ReplayStats
 	files := map[*table][]string{}
+	spans := map[*table][]lake.Span{}
 	var all []string
 	referenced := w.referenced()
 	sliced := map[*table]bool{}
@@ -109,6 +110,7 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 			}
 			st.Bytes += fi.Size()
 			files[t] = append(files[t], path)
+			spans[t] = append(spans[t], p.Span)
 		}
 		all = append(all, files[t]...)
 	}
@@ -142,7 +144,19 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 			rows := map[*table]rowsInfo{}
 			var touched []*table
 			for _, t := range order {
-				n, info, err := w.loadRows(ctx, t, files[t], renames[t.schema.ID()], scope.Upto.where(lo, hi), replayOffsets, sliced[t])
+				// The files whose positions (in their names) meet the
+				// chunk's: a chunk reads its own, not every footer of the
+				// lake.
+				var in []string
+				for i, sp := range spans[t] {
+					if uint64(sp.MaxSeq) > lo && uint64(sp.MinSeq) <= hi {
+						in = append(in, files[t][i])
+					}
+				}
+				if len(in) == 0 {
+					continue
+				}
+				n, info, err := w.loadRows(ctx, t, in, renames[t.schema.ID()], scope.Upto.where(lo, hi), replayOffsets, sliced[t])
 				if err != nil {
 					return fmt.Errorf("read the lake of %s: %w", t.schema.ID(), err)
 				}
