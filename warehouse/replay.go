@@ -137,6 +137,7 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 		return st, err
 	}
 	lo := uint64(0)
+	started := map[*table]bool{}
 	for _, hi := range bounds {
 		var bs BatchStats
 		since := laps()
@@ -162,7 +163,10 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 				}
 				if n > 0 {
 					info.judgeOnly = scope.Apply != nil && !scope.Apply[t.schema.ID()]
-					if lo == 0 {
+					if !started[t] {
+						// (A table's first chunk with rows, which, its
+						// files pruned by position, need not be the first.)
+						started[t] = true
 						err = w.conn.QueryRowContext(ctx, "SELECT count(*) = 0 FROM silver."+ident(t.schema.Name)).Scan(&info.empty)
 						if err != nil {
 							return err
