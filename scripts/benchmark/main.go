@@ -173,9 +173,17 @@ func main() {
 	idleFor := flag.Duration("idle", 10*time.Minute, "how long to measure run --follow with nothing to capture (0: not at all; -quick: not unless given)")
 	idleAlone := flag.Bool("idle-only", false, "instead: the idle measurement alone, on a warehouse of -events changes, written into -out's idle figures")
 	initialRows := flag.Int("initial-only", 0, "instead: the initial load of this many rows (demo tables and a table of every type) against COPY, written into -out's initial-load figures")
+	pubLoad := flag.Float64("publish-load", 0, "instead: run --follow under the steady load with copies every second, on the demo's warehouse and padded to this many GB")
 	age := flag.Duration("age", 0, "instead: an aging run of run --follow this long (e.g. 30m) in compressed time, its costs at the start and the end, written into -out's age figures")
 	ageRate := flag.Int("age-rate", steadyRate, "the aging run's steady load, changes a second")
 	flag.Parse()
+	if *pubLoad > 0 {
+		if err := publishLoad(*pubLoad, *bin); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *age > 0 {
 		if err := ageOnly(*age, *ageRate, *out, *bin); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)

@@ -82,3 +82,86 @@ func publishCosts(ctx context.Context, work, sizes string) ([]PublishCost, error
 	}
 	return out, nil
 }
+
+// publishLoad measures run --follow under the steady load with a copy
+// published every second (warehouse.publish_interval = "1s"), on the
+// demo's warehouse and then on the same warehouse padded to about gb GB
+// (a table of incompressible rows in a schema of its own, which every
+// copy carries): what a grown warehouse costs readers (commit to
+// published copy) and the pipeline (commit to silver, CPU). Run with
+// TMPDIR on the file system to measure (XFS, btrfs: copies are clones).
+func publishLoad(gb float64, bin string) error {
+	ctx := context.Background()
+	wb, err := newWorkbench(ctx, "lakeflow-publish-load-", bin)
+	if err != nil {
+		return err
+	}
+	defer wb.close(false)
+	repo, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	kafkaPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	cfgFile := filepath.Join(wb.work, "lakeflow-0.toml")
+	cfg := fmt.Sprintf("data_dir = \"data-0\"\n[source]\ndsn = %q\nslot = \"bench_0\"\n[kafka]\nlisten = \"127.0.0.1:%d\"\n[contracts]\ndir = %q\n[gold]\ndir = %q\n[warehouse]\npublish_interval = \"1s\"\n",
+		wb.dsn, kafkaPort, filepath.Join(repo, "contracts"), filepath.Join(repo, "sql", "gold"))
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	step("initial snapshot")
+	if _, _, err := runLakeflow(wb.bin, cfgFile); err != nil {
+		return err
+	}
+	data := filepath.Join(wb.work, "data-0")
+	live := filepath.Join(data, "live.duckdb")
+	measure := func(name string, seed uint64) error {
+		step("lakeflow run --follow under a steady %d changes/s for %d s, copies every second, %s", steadyRate, steadySeconds, name)
+		f, err := steady(ctx, wb.bin, cfgFile, filepath.Join(data, "lake"), wb.dsn, name+".log", steadyLoad{Rate: steadyRate, Seconds: steadySeconds, Seed: seed})
+		if err != nil {
+			return err
+		}
+		log, err := os.ReadFile(filepath.Join(wb.work, name+".log"))
+		if err != nil {
+			return err
+		}
+		_, _, p50, p99 := batchAndPublishTimes(string(log))
+		fi, err := os.Stat(live)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  %-8s %6.2f GB: copies %3d, each p50 %.2f s p99 %.2f s (%s); commit to copy p50 %.2f s p99 %.2f s; to silver p50 %.2f s p99 %.2f s; %d batches; lakeflow %.2f cores, %.1f s CPU\n",
+			name, float64(fi.Size())/1e9, strings.Count(string(log), `msg="warehouse published"`), p50, p99, copiedOrCloned(string(log)),
+			f.PublishedP50, f.PublishedP99, f.SilverP50, f.SilverP99, f.Batches, f.LakeflowCores, f.CPUSeconds)
+		return nil
+	}
+	fmt.Printf("publishing under a steady load (%s):\n", filepath.Dir(wb.work))
+	if err := measure("demo", 43); err != nil {
+		return err
+	}
+	step("padding the warehouse to %g GB", gb)
+	db, err := sql.Open("duckdb", live)
+	if err != nil {
+		return err
+	}
+	// About 35 bytes a row on disk, as publishCosts' rows.
+	_, err = db.Exec(fmt.Sprintf(`CREATE SCHEMA ballast; CREATE TABLE ballast.rows AS
+		SELECT i AS id, md5(i::VARCHAR) AS a, md5((i * 7)::VARCHAR) AS b FROM range(%d) t(i)`, int64(gb*1e9/35)))
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return measure("padded", 44)
+}
+
+// copiedOrCloned says how a run's log says its copies were made.
+func copiedOrCloned(log string) string {
+	if strings.Contains(log, "cloned=true") {
+		return "cloned"
+	}
+	return "copied"
+}
