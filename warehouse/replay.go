@@ -97,6 +97,13 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 			if err := w.makeSliceKeys(ctx, t, changed); err != nil {
 				return st, err
 			}
+			all := make([]string, len(parts))
+			for i, p := range parts {
+				all[i] = w.lake.Abs(p.Path)
+			}
+			if err := w.addMovedKeys(ctx, t, all); err != nil {
+				return st, err
+			}
 			sliced[t] = true
 		}
 		for _, p := range parts {

@@ -150,13 +150,95 @@ func sliceTable(id int) string { return fmt.Sprintf("lakeflow_slice_%d", id) }
 // makeSliceKeys fills sliceTable with the keys (k0, k1, …) of t that the
 // lake files changed (a truncate names none).
 func (w *Warehouse) makeSliceKeys(ctx context.Context, t *table, files []string) error {
-	var keys []string
-	for i, k := range t.schema.KeyColumns() {
-		keys = append(keys, fmt.Sprintf("COALESCE(after, before).%s AS k%d", ident(t.schema.Columns[k].Name), i))
+	src := fmt.Sprintf("read_parquet(%s, union_by_name = true)", sqlList(files))
+	keys, err := w.lakeKeys(ctx, t, src)
+	if err != nil {
+		return err
 	}
-	_, err := w.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT DISTINCT %s FROM read_parquet(%s, union_by_name = true) WHERE op <> 't'",
-		sliceTable(t.id), strings.Join(keys, ", "), sqlList(files)))
+	for i := range keys {
+		keys[i] += fmt.Sprintf(" AS k%d", i)
+	}
+	_, err = w.conn.ExecContext(ctx, fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT DISTINCT %s FROM %s WHERE op <> 't'",
+		sliceTable(t.id), strings.Join(keys, ", "), src))
 	return err
+}
+
+// lakeKeys is, for each key column of t, SQL for its value in an event
+// of the lake relation src: under the name it has now or any it had
+// before (lakeflow.schema_history), those the files hold.
+func (w *Warehouse) lakeKeys(ctx context.Context, t *table, src string) ([]string, error) {
+	fields, err := w.structFields(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	spelled := map[string]string{}
+	for f := range fields {
+		spelled[strings.ToLower(f)] = f
+	}
+	chains, err := w.renameChains(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for _, k := range t.schema.KeyColumns() {
+		c := t.schema.Columns[k]
+		var have []string
+		for _, name := range append([]string{c.Name}, chains[t.schema.ID()][c.Name]...) {
+			if f, ok := spelled[strings.ToLower(name)]; ok {
+				have = append(have, fmt.Sprintf("CAST(COALESCE(after, before).%s AS %s)", ident(f), lakeType(c.Type)))
+			}
+		}
+		if len(have) == 0 {
+			have = append(have, "NULL")
+		}
+		keys = append(keys, "coalesce("+strings.Join(have, ", ")+")")
+	}
+	return keys, nil
+}
+
+// addMovedKeys adds to t's slice keys the keys they were changed from
+// (a key change is a delete and a create at the next ordinal of one
+// transaction), again and again, over the lake files of t: a create that
+// left a TOASTed value unchanged takes it from the key it moved from,
+// which the replay must then hold too.
+func (w *Warehouse) addMovedKeys(ctx context.Context, t *table, files []string) error {
+	src := fmt.Sprintf("read_parquet(%s, union_by_name = true)", sqlList(files))
+	if cols, err := w.columns(ctx, src); err != nil || !cols["unchanged"] {
+		return err // no change in them left a value unchanged
+	}
+	keys, err := w.lakeKeys(ctx, t, src)
+	if err != nil {
+		return err
+	}
+	var from, to, on []string
+	for i, k := range keys {
+		from = append(from, fmt.Sprintf("%s AS f%d", strings.ReplaceAll(k, "COALESCE(after, before)", "d.img"), i))
+		to = append(to, fmt.Sprintf("%s AS k%d", strings.ReplaceAll(k, "COALESCE(after, before)", "c.img"), i))
+		on = append(on, fmt.Sprintf("m.k%d = s.k%[1]d", i))
+	}
+	_, err = w.conn.ExecContext(ctx, fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE lakeflow_slice_moves AS
+WITH e AS (SELECT op, COALESCE(after, before) AS img, _cdc_seq, _cdc_ord, unchanged FROM %s WHERE op IN ('c', 'd'))
+SELECT %s, %s FROM e c JOIN e d ON d.op = 'd' AND d._cdc_seq = c._cdc_seq AND d._cdc_ord = c._cdc_ord - 1
+WHERE c.op = 'c' AND c.unchanged IS NOT NULL`, src, strings.Join(from, ", "), strings.Join(to, ", ")))
+	if err != nil {
+		return err
+	}
+	defer w.conn.ExecContext(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS lakeflow_slice_moves")
+	var fk []string
+	for i := range keys {
+		fk = append(fk, fmt.Sprintf("f%d", i))
+	}
+	for {
+		res, err := w.conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO %[1]s SELECT DISTINCT %[2]s FROM lakeflow_slice_moves m
+			WHERE EXISTS (SELECT 1 FROM %[1]s s WHERE %[3]s) AND NOT EXISTS (SELECT 1 FROM %[1]s s WHERE %[4]s)`,
+			sliceTable(t.id), strings.Join(fk, ", "), strings.Join(on, " AND "), strings.ReplaceAll(strings.Join(on, " AND "), "m.k", "m.f")))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return err
+		}
+	}
 }
 
 // sliceKeys is SQL saying that the row whose key columns are prefixed by

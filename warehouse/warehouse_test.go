@@ -80,12 +80,19 @@ func (f *fixture) keyOnlyDelete(seq, ord int, id string) Record {
 	return f.event(change.OpDelete, seq, ord, true, id, "", "")
 }
 
+// unchangedValue, as a value of fixture.event, is a TOASTed value the
+// change left unchanged (the source does not send it).
+const unchangedValue = "<unchanged>"
+
 func (f *fixture) event(op change.Op, seq, ord int, keyOnly bool, vals ...string) Record {
 	f.t.Helper()
 	row := func() []change.Datum {
 		out := make([]change.Datum, len(vals))
 		for i, v := range vals {
 			out[i] = change.Datum{Null: v == "", Text: []byte(v)}
+			if v == unchangedValue {
+				out[i] = change.Datum{}
+			}
 		}
 		return out
 	}
