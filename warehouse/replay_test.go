@@ -58,6 +58,12 @@ func TestReplayOfDeletesMatchesTheStream(t *testing.T) {
 	}
 }
 
+// namedRule is a contract rule that holds back the changes naming "bad".
+const namedRule = `[[rules]]
+name = "named"
+check = "name <> 'bad'"
+`
+
 // TestReplayTellsApartEventsAtOneOffset: a lake that spans a reset Kafka
 // log holds two events at one partition and offset; the replay judges
 // each by itself, as the stream did, and gives the stream's quarantine
@@ -65,10 +71,7 @@ func TestReplayOfDeletesMatchesTheStream(t *testing.T) {
 func TestReplayTellsApartEventsAtOneOffset(t *testing.T) {
 	f := newFixture(t)
 	defer f.close()
-	rules := `[[rules]]
-name = "named"
-check = "name <> 'bad'"
-`
+	rules := namedRule
 	f.withContract(rules)
 	f.apply(f.rec(change.OpCreate, 100, 1, "1", "a", ""), f.rec(change.OpCreate, 100, 2, "2", "bad", ""))
 	f.apply(f.rec(change.OpUpdate, 200, 1, "1", "bad", ""), f.rec(change.OpUpdate, 200, 2, "2", "b", ""))
@@ -168,10 +171,7 @@ func replayScoped(t *testing.T, f *fixture, scope ReplayScope, setup func(*Wareh
 func TestReplayOfDaysHoldsTheirKeysWhole(t *testing.T) {
 	f := newFixture(t)
 	defer f.close()
-	rules := `[[rules]]
-name = "named"
-check = "name <> 'bad'"
-`
+	rules := namedRule
 	f.withContract(rules)
 	// The fixture's commit time is a day's last second plus seq µs: from
 	// seq 1,000,000 on, changes commit the next day, 2024-03-01.

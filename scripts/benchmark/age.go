@@ -88,18 +88,8 @@ func ageOnly(d time.Duration, rate int, out, bin string) error {
 		return err
 	}
 	defer wb.close(false)
-	repo, err := os.Getwd()
+	cfgFile, err := wb.config(ageSettings)
 	if err != nil {
-		return err
-	}
-	kafkaPort, err := freePort()
-	if err != nil {
-		return err
-	}
-	cfgFile := filepath.Join(wb.work, "lakeflow-0.toml")
-	cfg := fmt.Sprintf("data_dir = \"data-0\"\n[source]\ndsn = %q\nslot = \"bench_0\"\n[kafka]\nlisten = \"127.0.0.1:%d\"\n[contracts]\ndir = %q\n[gold]\ndir = %q\n%s",
-		wb.dsn, kafkaPort, filepath.Join(repo, "contracts"), filepath.Join(repo, "sql", "gold"), ageSettings)
-	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 		return err
 	}
 	step("initial snapshot")

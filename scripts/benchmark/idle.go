@@ -113,18 +113,8 @@ func idleOnly(events int, out, bin string, d time.Duration) error {
 	}
 	defer wb.close(false)
 	work, bin, dsn := wb.work, wb.bin, wb.dsn
-	repo, err := os.Getwd()
+	cfgFile, err := wb.config("")
 	if err != nil {
-		return err
-	}
-	kafkaPort, err := freePort()
-	if err != nil {
-		return err
-	}
-	cfgFile := filepath.Join(work, "lakeflow-0.toml")
-	cfg := fmt.Sprintf("data_dir = \"data-0\"\n[source]\ndsn = %q\nslot = \"bench_0\"\n[kafka]\nlisten = \"127.0.0.1:%d\"\n[contracts]\ndir = %q\n[gold]\ndir = %q\n",
-		dsn, kafkaPort, filepath.Join(repo, "contracts"), filepath.Join(repo, "sql", "gold"))
-	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 		return err
 	}
 	step("initial snapshot, then %d changes in the demo's mix, applied", events)

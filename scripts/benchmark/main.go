@@ -288,6 +288,25 @@ func newWorkbench(ctx context.Context, prefix, bin string) (*workbench, error) {
 	return w, nil
 }
 
+// config writes lakeflow-0.toml in the working directory: the shop as
+// its source (slot bench_0), data under data-0, Kafka on a free port, the
+// demo's contracts and gold marts from the repository, and extra (TOML
+// tables); it returns the file's path.
+func (w *workbench) config(extra string) (string, error) {
+	repo, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	kafkaPort, err := freePort()
+	if err != nil {
+		return "", err
+	}
+	cfgFile := filepath.Join(w.work, "lakeflow-0.toml")
+	cfg := fmt.Sprintf("data_dir = \"data-0\"\n[source]\ndsn = %q\nslot = \"bench_0\"\n[kafka]\nlisten = \"127.0.0.1:%d\"\n[contracts]\ndir = %q\n[gold]\ndir = %q\n%s",
+		w.dsn, kafkaPort, filepath.Join(repo, "contracts"), filepath.Join(repo, "sql", "gold"), extra)
+	return cfgFile, os.WriteFile(cfgFile, []byte(cfg), 0o644)
+}
+
 // close stops its PostgreSQL and, unless keep, removes the directory.
 func (w *workbench) close(keep bool) {
 	w.cl.Stop()

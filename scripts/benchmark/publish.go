@@ -97,18 +97,8 @@ func publishLoad(gb float64, bin string) error {
 		return err
 	}
 	defer wb.close(false)
-	repo, err := os.Getwd()
+	cfgFile, err := wb.config("[warehouse]\npublish_interval = \"1s\"\n")
 	if err != nil {
-		return err
-	}
-	kafkaPort, err := freePort()
-	if err != nil {
-		return err
-	}
-	cfgFile := filepath.Join(wb.work, "lakeflow-0.toml")
-	cfg := fmt.Sprintf("data_dir = \"data-0\"\n[source]\ndsn = %q\nslot = \"bench_0\"\n[kafka]\nlisten = \"127.0.0.1:%d\"\n[contracts]\ndir = %q\n[gold]\ndir = %q\n[warehouse]\npublish_interval = \"1s\"\n",
-		wb.dsn, kafkaPort, filepath.Join(repo, "contracts"), filepath.Join(repo, "sql", "gold"))
-	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 		return err
 	}
 	step("initial snapshot")
