@@ -312,25 +312,48 @@ func (w *Warehouse) dayLeft(dir, day string, replaced []lake.Part) ([]string, er
 	return left, nil
 }
 
+// tierRun is how many of today's merged files of one tier (tierOf)
+// following each other a running pipeline's pass merges into one of a
+// higher tier: each pass writes a merged file of what came since the
+// last, and merged again only in runs, a day keeps a few files per tier
+// (about tierRun × log4 of the day's size in MiB, not a file per pass),
+// and each byte is written again about once per tier, not once per pass.
+const tierRun = 4
+
+// tierOf is a merged file's tier: 1 up to 4 MiB, 2 up to 16 MiB, and
+// so on.
+func tierOf(size int64) int {
+	t := 1
+	for s := size >> 22; s > 0; s >>= 2 {
+		t++
+	}
+	return t
+}
+
 // binDay packs a day's files into the bins merged files replace: files
 // of one Kafka partition, topic era and schema, consecutive by position,
 // up to the target size a bin. Files of half the target or more (an
 // earlier pass's merged files among them) stay as they are, so a day
-// converges; so do, today, the files a compaction wrote (plan.today),
-// and every file alone in its bin.
+// converges, and so does every file alone in its bin. Today
+// (plan.today), the files a compaction wrote are merged only with their
+// own tier, tierRun or more in a row.
 func (w *Warehouse) binDay(parts []lake.Part, meta map[string]map[string]string, plan dayPlan) ([]compactBin, error) {
 	var bins []compactBin
 	groups := map[string][]lake.Part{}
 	var order []string
 	sizes := map[string]int64{}
+	tiers := map[string]int{} // 0: not a merged file of today
 	for _, p := range parts {
 		fi, err := os.Stat(w.lake.Abs(p.Path))
 		if err != nil {
 			return nil, err
 		}
 		m := meta[w.lake.Abs(p.Path)]
-		if fi.Size() >= plan.target/2 || plan.today && m[metaBatches] != "" {
+		if fi.Size() >= plan.target/2 {
 			continue
+		}
+		if plan.today && m[metaBatches] != "" {
+			tiers[p.Path] = tierOf(fi.Size())
 		}
 		sizes[p.Path] = fi.Size()
 		key := strings.Join([]string{strconv.Itoa(int(p.Span.Partition)), m[metaTopic], m[metaTopicID], m[metaSchema]}, "\x00")
@@ -345,16 +368,18 @@ func (w *Warehouse) binDay(parts []lake.Part, meta map[string]map[string]string,
 			return cmp.Or(cmp.Compare(a.Span.MinSeq, b.Span.MinSeq), cmp.Compare(a.Path, b.Path))
 		})
 		var bin compactBin
+		tier := 0
 		flush := func() {
-			if len(bin.files) > 1 {
+			if len(bin.files) > 1 && (tier == 0 || len(bin.files) >= tierRun) {
 				bins = append(bins, bin)
 			}
 			bin = compactBin{}
 		}
 		for _, p := range files {
-			if len(bin.files) > 0 && bin.bytes+sizes[p.Path] > plan.target {
+			if len(bin.files) > 0 && (bin.bytes+sizes[p.Path] > plan.target || tiers[p.Path] != tier) {
 				flush()
 			}
+			tier = tiers[p.Path]
 			if bin.meta == nil {
 				bin.meta = meta[w.lake.Abs(p.Path)]
 			}
