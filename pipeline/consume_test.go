@@ -487,3 +487,25 @@ func TestAWatermarkBehindTheSplitEndsNothing(t *testing.T) {
 		t.Fatalf("after the watermark: marks %+v, seq %d; want the split mark kept and seq 200", c.marks, c.seq)
 	}
 }
+
+// TestDueWorkEndsTheBatchInFlight: under a steady load a batch is always
+// in flight, the next staged as soon as the last ends; a compaction pass
+// or the bookkeeping's pruning that is due makes the loop end it first,
+// or they never find a moment between batches.
+func TestDueWorkEndsTheBatchInFlight(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		name  string
+		c     consumer
+		waits bool
+	}{
+		{"nothing due", consumer{follow: true, pruned: now, compactAt: now.Add(time.Minute), lake: config.Lake{CompactInterval: time.Minute}}, false},
+		{"a compaction pass", consumer{follow: true, pruned: now, compactAt: now.Add(-time.Second), lake: config.Lake{CompactInterval: time.Minute}}, true},
+		{"compaction off", consumer{follow: true, pruned: now, compactAt: now.Add(-time.Second)}, false},
+		{"pruning", consumer{follow: true, pruned: now.Add(-pruneInterval), compactAt: now.Add(time.Minute)}, true},
+	} {
+		if got := tc.c.waitsBetween(); got != tc.waits {
+			t.Errorf("%s: waitsBetween %v, want %v", tc.name, got, tc.waits)
+		}
+	}
+}
