@@ -112,6 +112,8 @@ type consumer struct {
 	// lake.compact_interval after the start: a short run leaves it).
 	lake      config.Lake
 	compactAt time.Time
+	// compactAfter is the table the last pass merged a day of.
+	compactAfter string
 	// edits delivers edited contracts (lakeflow run --follow): the
 	// warehouse's rules follow them between batches.
 	edits chan contracts.Set
@@ -1161,7 +1163,10 @@ func (c *consumer) compact(ctx context.Context) error {
 	c.compactAt = time.Now().Add(c.lake.CompactInterval)
 	tomorrow := time.Now().UTC().Add(24 * time.Hour).Format(time.DateOnly)
 	st, err := c.wh.Compact(statement(ctx), warehouse.CompactOptions{Before: tomorrow,
-		Target: c.lake.CompactTarget, Grace: c.lake.CompactGrace, MaxDays: 1, MaxBytes: c.lake.CompactTarget, Incremental: true})
+		Target: c.lake.CompactTarget, Grace: c.lake.CompactGrace, MaxDays: 1, MaxBytes: c.lake.CompactTarget, Incremental: true, After: c.compactAfter})
+	if st.Last != "" {
+		c.compactAfter = st.Last // the next pass begins with the tables after it
+	}
 	if errors.Is(err, warehouse.ErrSwapUnfinished) {
 		// The warehouse names merged files the lake does not hold yet:
 		// the next start swaps them in before anything writes the lake.

@@ -496,13 +496,13 @@ func TestDueWorkEndsTheBatchInFlight(t *testing.T) {
 	now := time.Now()
 	for _, tc := range []struct {
 		name  string
-		c     consumer
+		c     *consumer
 		waits bool
 	}{
-		{"nothing due", consumer{follow: true, pruned: now, compactAt: now.Add(time.Minute), lake: config.Lake{CompactInterval: time.Minute}}, false},
-		{"a compaction pass", consumer{follow: true, pruned: now, compactAt: now.Add(-time.Second), lake: config.Lake{CompactInterval: time.Minute}}, true},
-		{"compaction off", consumer{follow: true, pruned: now, compactAt: now.Add(-time.Second)}, false},
-		{"pruning", consumer{follow: true, pruned: now.Add(-pruneInterval), compactAt: now.Add(time.Minute)}, true},
+		{"nothing due", &consumer{follow: true, pruned: now, compactAt: now.Add(time.Minute), lake: config.Lake{CompactInterval: time.Minute}}, false},
+		{"a compaction pass", &consumer{follow: true, pruned: now, compactAt: now.Add(-time.Second), lake: config.Lake{CompactInterval: time.Minute}}, true},
+		{"compaction off", &consumer{follow: true, pruned: now, compactAt: now.Add(-time.Second)}, false},
+		{"pruning", &consumer{follow: true, pruned: now.Add(-pruneInterval), compactAt: now.Add(time.Minute)}, true},
 	} {
 		if got := tc.c.waitsBetween(); got != tc.waits {
 			t.Errorf("%s: waitsBetween %v, want %v", tc.name, got, tc.waits)

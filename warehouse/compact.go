@@ -39,6 +39,11 @@ type CompactOptions struct {
 	// call's (More).
 	MaxDays  int
 	MaxBytes int64
+	// After, if set, is the table (source ID) the call before stopped
+	// at: a bounded call begins with the tables after it, then wraps
+	// round, so that a table that gets small files every batch cannot
+	// take every pass while the others' wait (CompactStats.Last).
+	After string
 	// Incremental leaves today's (UTC) merged files as they are, so a
 	// pass over today costs what came since the last (a running
 	// pipeline's); the day's first pass after it ends merges them.
@@ -52,8 +57,9 @@ type CompactOptions struct {
 // CompactStats is what Compact did.
 type CompactStats struct {
 	Days, Replaced, Written int
-	Removed                 int  // old days removed after their grace period
-	More                    bool // a bound stopped it with files left to merge
+	Last                    string // the last table whose day it merged
+	Removed                 int    // old days removed after their grace period
+	More                    bool   // a bound stopped it with files left to merge
 }
 
 // Compact merges, for each table and commit day before opts.Before, the
@@ -83,6 +89,12 @@ func (w *Warehouse) Compact(ctx context.Context, opts CompactOptions) (CompactSt
 		}
 	}
 	slices.Sort(ids)
+	if k, found := slices.BinarySearch(ids, opts.After); opts.After != "" {
+		if found {
+			k++
+		}
+		ids = append(ids[k:], ids[:k]...)
+	}
 	budget := opts.MaxBytes
 	today := time.Now().UTC().Format(time.DateOnly)
 	for _, id := range ids {
@@ -109,6 +121,7 @@ func (w *Warehouse) Compact(ctx context.Context, opts CompactOptions) (CompactSt
 				return st, fmt.Errorf("compact %s, %s: %w", id, day, err)
 			}
 			if done.written > 0 {
+				st.Last = id
 				st.Days++
 				st.Replaced += done.replaced
 				st.Written += done.written
