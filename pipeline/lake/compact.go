@@ -52,9 +52,18 @@ func (l *Lake) RemoveCompaction(id string) error {
 func (l *Lake) DayDir(table, day string) string { return filepath.Join(l.dir, table, "date="+day) }
 
 // Exchange swaps the day directory of table with the directory compaction
-// id built, atomically, and makes both renames durable.
+// id built, atomically, and makes both renames durable. A day directory
+// that is gone (removed by hand since the compaction was recorded) holds
+// nothing to keep: the built one takes its place, or every start would
+// stop at the exchange.
 func (l *Lake) Exchange(table, day, id string) error {
 	day, built := l.DayDir(table, day), l.CompactDir(id)
+	if _, err := os.Stat(day); errors.Is(err, os.ErrNotExist) {
+		if err := os.Rename(built, day); err != nil {
+			return fmt.Errorf("move the compacted %s to %s: %w", built, day, err)
+		}
+		return errors.Join(l.sync(filepath.Dir(day)), l.sync(filepath.Dir(built)))
+	}
 	if err := exchange(built, day); err != nil {
 		return fmt.Errorf("exchange %s with the compacted %s: %w", day, built, err)
 	}

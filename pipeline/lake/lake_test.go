@@ -120,6 +120,35 @@ func TestExchangeByRenamesFinishesAfterACrash(t *testing.T) {
 	}
 }
 
+// TestExchangeIntoAMissingDay: a recorded compaction whose day directory
+// was removed by hand since is swapped in all the same (the built day
+// takes its place), not refused at every start.
+func TestExchangeIntoAMissingDay(t *testing.T) {
+	l, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	day, built := l.DayDir("t", "2026-12-07"), l.CompactDir("t~2026-12-07~1")
+	if err := os.MkdirAll(built, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(built, "new"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(day), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Exchange("t", "2026-12-07", "t~2026-12-07~1"); err != nil {
+		t.Fatalf("exchange into a missing day: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(day, "new")); err != nil {
+		t.Fatalf("the built day is not in place: %v", err)
+	}
+	if err := l.RemoveCompaction("t~2026-12-07~1"); err != nil {
+		t.Fatalf("removing the compaction after: %v", err)
+	}
+}
+
 // TestCopyClonesWhereTheFileSystemCan: on XFS (a loop-mounted image) a
 // copy is a clone, whose writes leave the original as it was; on the
 // test's own directory, whatever it is, a copy holds the same bytes.
