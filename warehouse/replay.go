@@ -76,6 +76,10 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 	var all []string
 	referenced := w.referenced()
 	sliced := map[*table]bool{}
+	renames, err := w.renameChains(ctx)
+	if err != nil {
+		return st, err
+	}
 	for _, t := range w.tables {
 		if scope.Tables != nil && !scope.Tables[t.schema.ID()] {
 			continue
@@ -85,23 +89,21 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 			return st, err
 		}
 		if scope.Days != nil && !referenced[t.schema.ID()] {
-			var changed []string
+			var changed, every []string
 			for _, p := range parts {
+				path := w.lake.Abs(p.Path)
+				every = append(every, path)
 				if scope.Days.holds(p.Day) {
-					changed = append(changed, w.lake.Abs(p.Path))
+					changed = append(changed, path)
 				}
 			}
 			if len(changed) == 0 {
 				continue // nothing of it to rebuild
 			}
-			if err := w.makeSliceKeys(ctx, t, changed); err != nil {
+			if err := w.makeSliceKeys(ctx, t, changed, renames[t.schema.ID()]); err != nil {
 				return st, err
 			}
-			all := make([]string, len(parts))
-			for i, p := range parts {
-				all[i] = w.lake.Abs(p.Path)
-			}
-			if err := w.addMovedKeys(ctx, t, all); err != nil {
+			if err := w.addMovedKeys(ctx, t, every, renames[t.schema.ID()]); err != nil {
 				return st, err
 			}
 			sliced[t] = true
@@ -139,10 +141,6 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 		order = append(order, t)
 	}
 	slices.SortFunc(order, func(a, b *table) int { return a.id - b.id })
-	renames, err := w.renameChains(ctx)
-	if err != nil {
-		return st, err
-	}
 	lo := uint64(0)
 	started := map[*table]bool{}
 	for _, hi := range bounds {

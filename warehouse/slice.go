@@ -38,6 +38,10 @@ func (w *Warehouse) ReplaceSlice(ctx context.Context, shadow string, from, to ti
 	}
 	day := func(t time.Time) string { return "DATE " + literal(t.Format(time.DateOnly)) }
 	days := DayRange{From: from, To: to}
+	former, err := w.renameChains(ctx)
+	if err != nil {
+		return st, err
+	}
 	var tables []*table
 	for _, t := range w.tables {
 		parts, err := w.lake.Parts(lakeDir(t.schema))
@@ -53,12 +57,12 @@ func (w *Warehouse) ReplaceSlice(ctx context.Context, shadow string, from, to ti
 		if len(files) == 0 {
 			continue
 		}
-		if err := w.makeSliceKeys(ctx, t, files); err != nil {
+		if err := w.makeSliceKeys(ctx, t, files, former[t.schema.ID()]); err != nil {
 			return st, err
 		}
 		tables = append(tables, t)
 	}
-	err := w.inTx(ctx, func(ctx context.Context) error {
+	err = w.inTx(ctx, func(ctx context.Context) error {
 		for _, t := range tables {
 			in := sliceKeys(t, "s.")
 			if err := w.exec(ctx, []string{fmt.Sprintf("CREATE OR REPLACE TEMP TABLE %s AS SELECT s.* FROM silver.%s s WHERE %s", changedTable(t.id), ident(t.schema.Name), in)}); err != nil {
@@ -148,13 +152,15 @@ func (r DayRange) holds(day string) bool {
 func sliceTable(id int) string { return fmt.Sprintf("lakeflow_slice_%d", id) }
 
 // makeSliceKeys fills sliceTable with the keys (k0, k1, …) of t that the
-// lake files changed (a truncate names none).
-func (w *Warehouse) makeSliceKeys(ctx context.Context, t *table, files []string) error {
+// lake files changed (a truncate names none); former is what
+// renameChains says of t's columns.
+func (w *Warehouse) makeSliceKeys(ctx context.Context, t *table, files []string, former map[string][]string) error {
 	src := fmt.Sprintf("read_parquet(%s, union_by_name = true)", sqlList(files))
-	keys, err := w.lakeKeys(ctx, t, src)
+	fields, err := w.structFields(ctx, src)
 	if err != nil {
 		return err
 	}
+	keys := lakeKeys(t, fields, former, "COALESCE(after, before)")
 	for i := range keys {
 		keys[i] += fmt.Sprintf(" AS k%d", i)
 	}
@@ -163,29 +169,22 @@ func (w *Warehouse) makeSliceKeys(ctx context.Context, t *table, files []string)
 	return err
 }
 
-// lakeKeys is, for each key column of t, SQL for its value in an event
-// of the lake relation src: under the name it has now or any it had
-// before (lakeflow.schema_history), those the files hold.
-func (w *Warehouse) lakeKeys(ctx context.Context, t *table, src string) ([]string, error) {
-	fields, err := w.structFields(ctx, src)
-	if err != nil {
-		return nil, err
-	}
+// lakeKeys is, for each key column of t, SQL for its value in img, an
+// event's image in lake files whose images have fields: under the name
+// the column has now or any it had before (former, from
+// renameChains), those the files hold.
+func lakeKeys(t *table, fields map[string]bool, former map[string][]string, img string) []string {
 	spelled := map[string]string{}
 	for f := range fields {
 		spelled[strings.ToLower(f)] = f
-	}
-	chains, err := w.renameChains(ctx)
-	if err != nil {
-		return nil, err
 	}
 	var keys []string
 	for _, k := range t.schema.KeyColumns() {
 		c := t.schema.Columns[k]
 		var have []string
-		for _, name := range append([]string{c.Name}, chains[t.schema.ID()][c.Name]...) {
+		for _, name := range append([]string{c.Name}, former[c.Name]...) {
 			if f, ok := spelled[strings.ToLower(name)]; ok {
-				have = append(have, fmt.Sprintf("CAST(COALESCE(after, before).%s AS %s)", ident(f), lakeType(c.Type)))
+				have = append(have, fmt.Sprintf("CAST(%s.%s AS %s)", img, ident(f), lakeType(c.Type)))
 			}
 		}
 		if len(have) == 0 {
@@ -193,7 +192,7 @@ func (w *Warehouse) lakeKeys(ctx context.Context, t *table, src string) ([]strin
 		}
 		keys = append(keys, "coalesce("+strings.Join(have, ", ")+")")
 	}
-	return keys, nil
+	return keys
 }
 
 // addMovedKeys adds to t's slice keys the keys they were changed from
@@ -201,20 +200,24 @@ func (w *Warehouse) lakeKeys(ctx context.Context, t *table, src string) ([]strin
 // transaction), again and again, over the lake files of t: a create that
 // left a TOASTed value unchanged takes it from the key it moved from,
 // which the replay must then hold too.
-func (w *Warehouse) addMovedKeys(ctx context.Context, t *table, files []string) error {
+func (w *Warehouse) addMovedKeys(ctx context.Context, t *table, files []string, former map[string][]string) error {
 	src := fmt.Sprintf("read_parquet(%s, union_by_name = true)", sqlList(files))
 	if cols, err := w.columns(ctx, src); err != nil || !cols["unchanged"] {
 		return err // no change in them left a value unchanged
 	}
-	keys, err := w.lakeKeys(ctx, t, src)
+	fields, err := w.structFields(ctx, src)
 	if err != nil {
 		return err
 	}
-	var from, to, on []string
-	for i, k := range keys {
-		from = append(from, fmt.Sprintf("%s AS f%d", strings.ReplaceAll(k, "COALESCE(after, before)", "d.img"), i))
-		to = append(to, fmt.Sprintf("%s AS k%d", strings.ReplaceAll(k, "COALESCE(after, before)", "c.img"), i))
-		on = append(on, fmt.Sprintf("m.k%d = s.k%[1]d", i))
+	var from, to, fk, moved, known []string
+	for i, k := range lakeKeys(t, fields, former, "d.img") {
+		from = append(from, fmt.Sprintf("%s AS f%d", k, i))
+		fk = append(fk, fmt.Sprintf("f%d", i))
+		moved = append(moved, fmt.Sprintf("m.k%d = s.k%[1]d", i))
+		known = append(known, fmt.Sprintf("m.f%d = s.k%[1]d", i))
+	}
+	for i, k := range lakeKeys(t, fields, former, "c.img") {
+		to = append(to, fmt.Sprintf("%s AS k%d", k, i))
 	}
 	_, err = w.conn.ExecContext(ctx, fmt.Sprintf(`CREATE OR REPLACE TEMP TABLE lakeflow_slice_moves AS
 WITH e AS (SELECT op, COALESCE(after, before) AS img, _cdc_seq, _cdc_ord, unchanged FROM %s WHERE op IN ('c', 'd'))
@@ -224,14 +227,10 @@ WHERE c.op = 'c' AND c.unchanged IS NOT NULL`, src, strings.Join(from, ", "), st
 		return err
 	}
 	defer w.conn.ExecContext(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS lakeflow_slice_moves")
-	var fk []string
-	for i := range keys {
-		fk = append(fk, fmt.Sprintf("f%d", i))
-	}
 	for {
 		res, err := w.conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO %[1]s SELECT DISTINCT %[2]s FROM lakeflow_slice_moves m
 			WHERE EXISTS (SELECT 1 FROM %[1]s s WHERE %[3]s) AND NOT EXISTS (SELECT 1 FROM %[1]s s WHERE %[4]s)`,
-			sliceTable(t.id), strings.Join(fk, ", "), strings.Join(on, " AND "), strings.ReplaceAll(strings.Join(on, " AND "), "m.k", "m.f")))
+			sliceTable(t.id), strings.Join(fk, ", "), strings.Join(moved, " AND "), strings.Join(known, " AND ")))
 		if err != nil {
 			return err
 		}
