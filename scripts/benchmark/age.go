@@ -165,12 +165,9 @@ func (s *AgeSample) measure(ctx context.Context, wb *workbench, cfgFile, data, l
 		return err
 	}
 	step("lakeflow check")
-	t0 := time.Now()
-	cmd := exec.Command(wb.bin, "--config", cfgFile, "check")
-	if out, err := cmd.CombinedOutput(); err != nil && (cmd.ProcessState.ExitCode() < 5 || cmd.ProcessState.ExitCode() > 7) {
-		return fmt.Errorf("lakeflow check: %v\n%s", err, out)
+	if s.CheckSeconds, _, err = check(wb.bin, cfgFile); err != nil {
+		return err
 	}
-	s.CheckSeconds = time.Since(t0).Seconds()
 	s.Bookkeeping = map[string]int64{}
 	var q []string
 	for _, t := range []string{"batches", "batch_hours", "lake_files", "runs", "checks", "compactions"} {

@@ -107,7 +107,7 @@ func publishLoad(gb float64, bin string) error {
 	}
 	data := filepath.Join(wb.work, "data-0")
 	live := filepath.Join(data, "live.duckdb")
-	measure := func(name string, seed uint64) error {
+	underLoad := func(name string, seed uint64) error {
 		step("lakeflow run --follow under a steady %d changes/s for %d s, copies every second, %s", steadyRate, steadySeconds, name)
 		f, err := steady(ctx, wb.bin, cfgFile, filepath.Join(data, "lake"), wb.dsn, name+".log", steadyLoad{Rate: steadyRate, Seconds: steadySeconds, Seed: seed})
 		if err != nil {
@@ -128,7 +128,7 @@ func publishLoad(gb float64, bin string) error {
 		return nil
 	}
 	fmt.Printf("publishing under a steady load (%s):\n", filepath.Dir(wb.work))
-	if err := measure("demo", 43); err != nil {
+	if err := underLoad("demo", 43); err != nil {
 		return err
 	}
 	step("padding the warehouse to %g GB", gb)
@@ -145,7 +145,7 @@ func publishLoad(gb float64, bin string) error {
 	if err != nil {
 		return err
 	}
-	return measure("padded", 44)
+	return underLoad("padded", 44)
 }
 
 // copiedOrCloned says how a run's log says its copies were made.
