@@ -83,10 +83,14 @@ func asofCommand() *cli.Command {
 				fmt.Fprintf(os.Stderr, "lakeflow: a batch is being published to the lake (or a crash left one half published): this is the state as of %s, the last position the lake holds whole\n",
 					a.Bound.Seq)
 			}
-			log.Info("as-of warehouse built", "files", a.Stats.Files, "bytes", a.Stats.Bytes, "events", a.Stats.Events, "seconds", a.Seconds)
+			log.Info("as-of warehouse built", "checkpoint", uint64(a.From), "files", a.Stats.Files, "bytes", a.Stats.Bytes, "events", a.Stats.Events, "seconds", a.Seconds)
 			if c.IsSet("out") {
-				fmt.Fprintf(os.Stdout, "wrote %s: the warehouse as of %s (%d events from %d lake files, %.1f MB, in %.2f s)\n",
-					c.String("out"), c.Args().First(), a.Stats.Events, a.Stats.Files, float64(a.Stats.Bytes)/1e6, a.Seconds)
+				from := ""
+				if a.From != 0 {
+					from = fmt.Sprintf(" after the lake's state checkpoint at _cdc_seq %d", uint64(a.From))
+				}
+				fmt.Fprintf(os.Stdout, "wrote %s: the warehouse as of %s (%d events%s from %d lake files, %.1f MB, in %.2f s)\n",
+					c.String("out"), c.Args().First(), a.Stats.Events, from, a.Stats.Files, float64(a.Stats.Bytes)/1e6, a.Seconds)
 				return nil
 			}
 			q := c.String("query")

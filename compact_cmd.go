@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/lakeflow/lakeflow/pipeline"
+	"github.com/lakeflow/lakeflow/pipeline/fault"
 )
 
 func compactCommand() *cli.Command {
@@ -37,6 +38,12 @@ func compactCommand() *cli.Command {
 				fmt.Fprintf(os.Stdout, "; %d old days past lake.compact_grace removed", st.Removed)
 			}
 			fmt.Fprintln(os.Stdout)
+			switch cp := st.Checkpoint; {
+			case st.CheckpointErr != nil:
+				fmt.Fprintf(os.Stderr, "lakeflow: no state checkpoint written (asof and check replay from the one before, or the lake's start): %s\n", fault.OneLine(st.CheckpointErr.Error()))
+			case cp.Written:
+				fmt.Fprintf(os.Stdout, "state checkpoint at _cdc_seq %d written: %d events replayed in %.1f s\n", uint64(cp.Seq), cp.Events, cp.Seconds)
+			}
 			return nil
 		},
 	}

@@ -35,6 +35,9 @@ type AsOfOptions struct {
 	// Out, if set, is a new DuckDB file to write the whole as-of
 	// warehouse to.
 	Out string
+	// checkpoint builds, at Out, a state checkpoint (BuildCheckpoint):
+	// no gold marts, its manifest, and a replay in chunks.
+	checkpoint bool
 }
 
 // PositionForms are the positions lakeflow asof takes.
@@ -66,8 +69,11 @@ type AsOf struct {
 	Relation string
 	Silver   bool
 	Key      []string
-	Stats    warehouse.ReplayStats
-	Seconds  float64
+	// From is the position of the state checkpoint the build started
+	// from (0: the lake's start).
+	From    change.LSN
+	Stats   warehouse.ReplayStats
+	Seconds float64
 }
 
 // BuildAsOf builds the warehouse as of opts.Position from the lake. It
@@ -109,7 +115,7 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 		return fail(err)
 	}
 	if len(ls.Schemas) == 0 {
-		return fail(fmt.Errorf("%w: the lake at %s holds no events yet", fault.ErrConfig, cfg.Lake.Dir))
+		return fail(fmt.Errorf("%w: %w", fault.ErrConfig, &noEventsError{cfg.Lake.Dir}))
 	}
 	// asked is the source ID of the silver table asked for, if one was.
 	asked := ""
@@ -146,12 +152,18 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 	} else if ok && after && a.Bound.Seq > whole {
 		a.Bound.Seq, a.Split = whole, true
 	}
+	if opts.checkpoint {
+		// The position it holds, not one after it: a checkpoint fits
+		// the positions at or after its own.
+		a.Bound.Seq = min(a.Bound.Seq, a.Last.Seq)
+	}
 	set, err := loaded()
 	if err != nil {
 		return fail(err)
 	}
 	var marts []gold.Mart
-	if !silverOnly {
+	withMarts := !silverOnly && !opts.checkpoint
+	if withMarts {
 		if marts, err = loadMarts(cfg); err != nil {
 			return fail(err)
 		}
@@ -178,19 +190,31 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 	if err := wh.SetContracts(ctx, set); err != nil {
 		return fail(err)
 	}
-	scope := warehouse.ReplayScope{Upto: &a.Bound, Tables: tables}
+	inputs := warehouse.InputsOf(set, ls.Schemas)
+	if a.From, err = startFromCheckpoint(ctx, cfg, wh, inputs, a.Bound.Seq, log); err != nil {
+		return fail(err)
+	}
+	scope := warehouse.ReplayScope{Upto: &a.Bound, Tables: tables, From: a.From}
 	if silverOnly {
 		scope.Apply = map[string]bool{asked: true} // the tables its rules read are judged, not merged
+	}
+	if opts.checkpoint {
+		scope.ChunkEvents = replayChunk
 	}
 	if a.Stats, err = wh.Replay(ctx, scope); err != nil {
 		return fail(err)
 	}
-	if !silverOnly {
+	if withMarts {
 		if err := giveMarts(ctx, cfg, wh, marts); err != nil {
 			return fail(err)
 		}
 	}
-	if err := wh.RecordAsOf(ctx, opts.Position, a.Bound, pos.time); err != nil {
+	if opts.checkpoint {
+		err = wh.WriteCheckpointManifest(ctx, a.Bound, inputs)
+	} else {
+		err = wh.RecordAsOf(ctx, opts.Position, a.Bound, pos.time)
+	}
+	if err != nil {
 		return fail(err)
 	}
 	if opts.Out == "" {

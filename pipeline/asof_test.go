@@ -17,6 +17,7 @@ import (
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/demo"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/pipeline/lake"
 )
 
 // moment is the source at one point between transactions: its WAL
@@ -116,6 +117,7 @@ func TestAsOfEqualsTheSourceAtEveryMoment(t *testing.T) {
 		return mix(32)
 	}})
 	recordEnd(t, h, &moments)
+	checkpoints := []change.LSN{writeCheckpoint(t, h)}
 	h.run(t, Options{Workload: func(ctx context.Context, dsn string) error {
 		err := applySteps(ctx, dsn, [][]string{
 			{`UPDATE orders SET status = 'cancelled' WHERE id IN (SELECT id FROM orders WHERE status = 'paid' ORDER BY id LIMIT 5)`},
@@ -141,8 +143,15 @@ func TestAsOfEqualsTheSourceAtEveryMoment(t *testing.T) {
 		})
 	}})
 	recordEnd(t, h, &moments)
+	// The second checkpoint starts from the first: a chain.
+	checkpoints = append(checkpoints, writeCheckpoint(t, h))
 	h.run(t, Options{Workload: func(ctx context.Context, dsn string) error { return mix(33) }})
 	recordEnd(t, h, &moments)
+
+	// Each as-of state starts from the newest checkpoint at or before its
+	// position, and is what the stream had, what the source had: a
+	// replay from a checkpoint is the replay from the lake's start.
+	startedFrom := map[change.LSN]int{}
 
 	for i, m := range moments {
 		forms := map[string]string{
@@ -157,6 +166,16 @@ func TestAsOfEqualsTheSourceAtEveryMoment(t *testing.T) {
 				t.Fatalf("moment %d, asof %s %s: %v", i, form, pos, err)
 			}
 			a.Close()
+			want := change.LSN(0)
+			for _, c := range checkpoints {
+				if c <= a.Bound.Seq {
+					want = c
+				}
+			}
+			if a.From != want {
+				t.Errorf("moment %d, asof %s %s (at %d) started from the checkpoint at %d, want %d (checkpoints %v)", i, form, pos, uint64(a.Bound.Seq), uint64(a.From), uint64(want), checkpoints)
+			}
+			startedFrom[a.From]++
 			tables := make([]string, len(demoTables))
 			for j, tb := range demoTables {
 				tables[j] = m.copy + "." + tb
@@ -179,7 +198,80 @@ func TestAsOfEqualsTheSourceAtEveryMoment(t *testing.T) {
 			}
 		}
 	}
+	for _, c := range append(checkpoints, 0) {
+		if startedFrom[c] == 0 {
+			t.Errorf("no asof started from the checkpoint at %d (0: the lake's start): %v", uint64(c), startedFrom)
+		}
+	}
 	assertAsOfPositions(t, ctx, h, moments)
+	assertCheckpointsPassedOver(t, ctx, h, moments[len(moments)-1])
+}
+
+// writeCheckpoint writes a state checkpoint of the lake, and returns its
+// position.
+func writeCheckpoint(t *testing.T, h *harness) change.LSN {
+	t.Helper()
+	st, err := BuildCheckpoint(context.Background(), h.cfg, h.log)
+	if err != nil || !st.Written {
+		t.Fatalf("write a checkpoint: %+v, %v", st, err)
+	}
+	return st.Seq
+}
+
+// assertCheckpointsPassedOver: an as-of state does not start from a
+// checkpoint that cannot be read, nor from one written under other
+// contracts, and is still the stream's.
+func assertCheckpointsPassedOver(t *testing.T, ctx context.Context, h *harness, last moment) {
+	t.Helper()
+	lk, err := lake.OpenExisting(h.cfg.Lake.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cps, err := lk.Checkpoints()
+	if err != nil || len(cps) != checkpointsKept {
+		t.Fatalf("the lake keeps checkpoints %v (%v), want the newest %d", cps, err, checkpointsKept)
+	}
+	asof := func(what string, from change.LSN) {
+		t.Helper()
+		out := filepath.Join(t.TempDir(), "asof.duckdb")
+		a, err := BuildAsOf(ctx, h.cfg, AsOfOptions{Position: last.lsn.String(), Out: out}, h.log)
+		if err != nil {
+			t.Fatalf("asof with %s: %v", what, err)
+		}
+		a.Close()
+		if a.From != from {
+			t.Errorf("asof with %s started from the checkpoint at %d, want %d", what, uint64(a.From), uint64(from))
+		}
+		db := attachBoth(t, last.stream, out)
+		defer db.Close()
+		assertSameRows(t, db, "silver.orders", "*")
+		assertSameRows(t, db, "lakeflow.quarantine", "* EXCLUDE (quarantined_at)")
+	}
+	// A newer one that is no DuckDB file: passed over, said in the log.
+	bad := filepath.Join(filepath.Dir(cps[0].Path), fmt.Sprintf("%016X.duckdb", uint64(cps[0].Seq)+1))
+	if err := os.WriteFile(bad, []byte("not a database"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	asof("a checkpoint that cannot be read", cps[0].Seq)
+	if !strings.Contains(h.logs.String(), "a state checkpoint of the lake cannot be read") {
+		t.Error("the checkpoint that cannot be read is not said in the log")
+	}
+	os.Remove(bad)
+	// Other contracts: a rule's check changed, and none fits.
+	file := filepath.Join(h.cfg.Contracts.Dir, "orders.toml")
+	body, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := strings.Replace(string(body), "total_cents >= 0", "total_cents >= 0 AND total_cents >= -1", 1)
+	if changed == string(body) {
+		t.Fatal("orders.toml has no rule total_cents >= 0 to change")
+	}
+	if err := os.WriteFile(file, []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer os.WriteFile(file, body, 0o644)
+	asof("other contracts", 0)
 }
 
 // assertAsOfPositions checks the other forms of a position, and those

@@ -89,7 +89,7 @@ func Check(ctx context.Context, cfg *config.Config, only string, log *slog.Logge
 	var view *AsOf
 	if run(PartData) || run(PartContracts) {
 		// The warehouse as of the lake's end, built from the lake alone.
-		if view, err = BuildAsOf(ctx, cfg, AsOfOptions{Position: "FFFFFFFF/FFFFFFFF"}, log); err != nil {
+		if view, err = BuildAsOf(ctx, cfg, AsOfOptions{Position: lakeEnd}, log); err != nil {
 			return nil, err
 		}
 		defer view.Close()

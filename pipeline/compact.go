@@ -22,10 +22,20 @@ type CompactOptions struct {
 	Before string
 }
 
-// Compact merges the lake's small files (warehouse.Compact) and publishes
-// the warehouse, whose lakeflow.lake_files then lists the merged files.
-func Compact(ctx context.Context, cfg *config.Config, opts CompactOptions, log *slog.Logger) (warehouse.CompactStats, error) {
-	var st warehouse.CompactStats
+// CompactResult is what lakeflow compact did.
+type CompactResult struct {
+	warehouse.CompactStats
+	Checkpoint CheckpointStats
+	// CheckpointErr says why no checkpoint was written, if one was not:
+	// the compaction stands, and checkpoints only save replays time.
+	CheckpointErr error
+}
+
+// Compact merges the lake's small files (warehouse.Compact), publishes
+// the warehouse, whose lakeflow.lake_files then lists the merged files,
+// and writes a state checkpoint of the lake (BuildCheckpoint).
+func Compact(ctx context.Context, cfg *config.Config, opts CompactOptions, log *slog.Logger) (CompactResult, error) {
+	var st CompactResult
 	if opts.Table != "" {
 		t, err := config.ParseTable(opts.Table)
 		if err != nil {
@@ -59,12 +69,16 @@ func Compact(ctx context.Context, cfg *config.Config, opts CompactOptions, log *
 			return st, fmt.Errorf("%w: --table %s: the warehouse holds no such table (it holds %s)", fault.ErrConfig, opts.Table, strings.Join(names, ", "))
 		}
 	}
-	st, err = wh.Compact(ctx, warehouse.CompactOptions{Table: opts.Table, Before: opts.Before, Target: cfg.Lake.CompactTarget, Grace: cfg.Lake.CompactGrace, Wait: true})
+	st.CompactStats, err = wh.Compact(ctx, warehouse.CompactOptions{Table: opts.Table, Before: opts.Before, Target: cfg.Lake.CompactTarget, Grace: cfg.Lake.CompactGrace, Wait: true})
 	if err != nil {
 		return st, err
 	}
 	if _, err := wh.Publish(ctx, cfg.Warehouse.Path); err != nil {
 		return st, err
 	}
-	return st, nil
+	if err := wh.Close(); err != nil {
+		return st, err
+	}
+	st.Checkpoint, st.CheckpointErr = BuildCheckpoint(ctx, cfg, log)
+	return st, ctx.Err()
 }

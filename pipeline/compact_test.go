@@ -80,6 +80,11 @@ func TestCompactionKeepsEveryAnswer(t *testing.T) {
 	if st.Days != 2 || files("t") != 2 || files("u") != 1 {
 		t.Fatalf("compacted %+v: t has %d files (one per schema wanted), u %d", st, files("t"), files("u"))
 	}
+	// It wrote a state checkpoint, which the as-of states at the lake's
+	// end below start from.
+	if !st.Checkpoint.Written || st.CheckpointErr != nil {
+		t.Fatalf("lakeflow compact wrote no state checkpoint: %+v, %v", st.Checkpoint, st.CheckpointErr)
+	}
 	for i, path := range asof("after") {
 		t.Run(positions[i], func(t *testing.T) { assertSameSilver(t, before[i], path, "t", "u") })
 	}

@@ -101,7 +101,10 @@ var journalSteps = [][]string{
 func TestCrashLoop(t *testing.T) {
 	bin := lakeflowFaultBinary(t)
 	began := time.Now()
-	h := newHarnessWith(t, "partitions = 3\n[warehouse]\npublish_interval = \"300ms\"", append(qualified(demoTables), "public.journal")...)
+	// State checkpoints every 20 s of run --follow: kills land in
+	// their builds too.
+	h := newHarnessWith(t, "partitions = 3\n[warehouse]\npublish_interval = \"300ms\"\n[lake]\ncheckpoint_interval = \"20s\"",
+		append(qualified(demoTables), "public.journal")...)
 	// Batches of 1 MiB: the large transaction is applied in parts.
 	setConfig(t, h, `batch_bytes = "4MiB"`, `batch_bytes = "1MiB"`)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -151,13 +154,14 @@ func TestCrashLoop(t *testing.T) {
 	hits := map[string]int{}
 	points := slices.Clone(crash.Points)
 	points = slices.DeleteFunc(points, func(p string) bool {
-		return p == crash.Snapshot || p == crash.Swap || p == crash.CompactRecorded || p == crash.CompactSwapped
+		return p == crash.Snapshot || p == crash.Swap || p == crash.CompactRecorded || p == crash.CompactSwapped || p == crash.CheckpointBuilt
 	})
-	// lakeflow compact dies once at each of its points, at a quarter and
-	// three quarters of the loop: the next run finishes its compaction.
+	// lakeflow compact dies once at each of its points, at a quarter,
+	// five eighths and three quarters of the loop: the next run finishes
+	// its compaction, the next build of a checkpoint begins again.
 	compactAt := map[int]string{}
 	if *crashKills >= 8 {
-		compactAt = map[int]string{*crashKills / 4: crash.CompactRecorded, 3 * *crashKills / 4: crash.CompactSwapped}
+		compactAt = map[int]string{*crashKills / 4: crash.CompactRecorded, 5 * *crashKills / 8: crash.CheckpointBuilt, 3 * *crashKills / 4: crash.CompactSwapped}
 	}
 	var random, unreached, rotation int
 	for kill := 0; kill < *crashKills; kill++ {
@@ -266,6 +270,16 @@ func TestCrashLoop(t *testing.T) {
 	db := attachBoth(t, h.cfg.Warehouse.Path, rebuilt)
 	defer db.Close()
 	assertSameSilver(t, h.cfg.Warehouse.Path, rebuilt, tables...)
+	// The lake's latest state, from the newest checkpoint the kills left
+	// that fits (one built since the journal's last schema change), is
+	// the rebuild's.
+	asof := filepath.Join(h.dir, "asof.duckdb")
+	a, err := BuildAsOf(context.Background(), h.cfg, AsOfOptions{Position: lakeEnd, Out: asof}, h.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("asof of the lake's end: %d events replayed after the checkpoint at %d", a.Stats.Events, uint64(a.From))
+	assertSameSilver(t, asof, rebuilt, tables...)
 	for _, table := range []string{"silver.customers_history", "gold.daily_revenue", "gold.product_ranks", "gold.customer_ltv"} {
 		assertSameRows(t, db, table, "*")
 	}

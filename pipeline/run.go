@@ -195,6 +195,12 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 			watchContracts(gctx, cfg, log, edits, c.edits)
 			return nil
 		})
+		if cfg.Lake.CheckpointInterval > 0 {
+			g.Go(func() error {
+				checkpointEvery(gctx, cfg, log)
+				return nil
+			})
+		}
 	}
 	if opts.Workload != nil {
 		g.Go(func() error {

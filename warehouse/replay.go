@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -24,8 +25,14 @@ type ReplayStats struct {
 
 // ReplayScope says what a replay of the lake applies.
 type ReplayScope struct {
-	// ChunkEvents is about how many events each transaction applies.
+	// ChunkEvents is about how many events each transaction applies (0:
+	// one transaction).
 	ChunkEvents int
+	// From, if set, is the position of the state checkpoint this
+	// warehouse was loaded from (LoadCheckpoint): the transactions
+	// committed at or before it are applied already, and the lake files
+	// that hold none after it are not read.
+	From change.LSN
 	// Upto, if set, leaves out the transactions committed after it, in
 	// one transaction; the lake files that cannot hold any of the others
 	// (by the positions in their names) are not read.
@@ -54,9 +61,18 @@ type Bound struct {
 // admits says whether a lake file may hold a transaction at or before b.
 func (b *Bound) admits(p lake.Part) bool { return b == nil || p.Span.MinSeq <= b.Seq }
 
-// where is SQL over lake events keeping those of positions (lo, hi].
+// where is SQL over lake events keeping those of positions (lo, hi]
+// at or before b.
 func (b *Bound) where(lo, hi uint64) string {
-	return fmt.Sprintf("_cdc_seq > %d AND _cdc_seq <= %d", lo, hi)
+	return fmt.Sprintf("_cdc_seq > %d AND _cdc_seq <= %d", lo, min(hi, b.last()))
+}
+
+// last is the last position b admits.
+func (b *Bound) last() uint64 {
+	if b == nil {
+		return math.MaxUint64
+	}
+	return uint64(b.Seq)
 }
 
 // Replay applies the lake's events in scope to this warehouse, which
@@ -109,7 +125,7 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 			sliced[t] = true
 		}
 		for _, p := range parts {
-			if !scope.Upto.admits(p) {
+			if !scope.Upto.admits(p) || p.Span.MaxSeq <= scope.From {
 				continue
 			}
 			path := w.lake.Abs(p.Path)
@@ -127,21 +143,21 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 	if len(all) == 0 {
 		return st, nil
 	}
+	lo := uint64(scope.From)
 	var bounds []uint64
-	if scope.Upto == nil {
+	if scope.ChunkEvents > 0 {
 		var err error
-		if bounds, err = w.chunkBounds(ctx, all, scope.ChunkEvents); err != nil {
+		if bounds, err = w.chunkBounds(ctx, all, scope.ChunkEvents, scope.Upto.where(lo, math.MaxUint64)); err != nil {
 			return st, err
 		}
 	} else {
-		bounds = []uint64{uint64(scope.Upto.Seq)}
+		bounds = []uint64{scope.Upto.last()}
 	}
 	order := make([]*table, 0, len(files))
 	for t := range files {
 		order = append(order, t)
 	}
 	slices.SortFunc(order, func(a, b *table) int { return a.id - b.id })
-	lo := uint64(0)
 	started := map[*table]bool{}
 	for _, hi := range bounds {
 		var bs BatchStats
@@ -204,21 +220,12 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 	return st, nil
 }
 
-// chunkBounds splits the lake's positions into chunks of about n events
-// that end at transaction boundaries: the last _cdc_seq of each chunk.
-func (w *Warehouse) chunkBounds(ctx context.Context, files []string, n int) ([]uint64, error) {
-	var total int64
-	var last uint64
-	err := w.conn.QueryRowContext(ctx, fmt.Sprintf(`SELECT sum(num_rows), max(stats_max_value::UBIGINT) FROM parquet_file_metadata(%s)
-		JOIN (SELECT file_name, max(stats_max_value::UBIGINT) AS stats_max_value FROM parquet_metadata(%s) WHERE path_in_schema = '_cdc_seq' GROUP BY file_name) USING (file_name)`, sqlList(files), sqlList(files))).Scan(&total, &last)
-	if err != nil {
-		return nil, err
-	}
-	if total <= int64(n) {
-		return []uint64{last}, nil // one chunk: no need to read the positions
-	}
+// chunkBounds splits the positions of the lake's events that where
+// keeps into chunks of about n events that end at transaction
+// boundaries: the last _cdc_seq of each chunk.
+func (w *Warehouse) chunkBounds(ctx context.Context, files []string, n int, where string) ([]uint64, error) {
 	rows, err := w.conn.QueryContext(ctx, fmt.Sprintf(`SELECT _cdc_seq, sum(count(*)) OVER (ORDER BY _cdc_seq) AS upto
-		FROM read_parquet(%s, union_by_name = true) GROUP BY _cdc_seq ORDER BY _cdc_seq`, sqlList(files)))
+		FROM read_parquet(%s, union_by_name = true) WHERE %s GROUP BY _cdc_seq ORDER BY _cdc_seq`, sqlList(files), where))
 	if err != nil {
 		return nil, err
 	}

@@ -122,6 +122,10 @@ type Lake struct {
 	CompactTarget   int64
 	CompactGrace    time.Duration
 	CompactInterval time.Duration
+	// CheckpointInterval is how often lakeflow run --follow writes a
+	// state checkpoint into the lake (0: never; lakeflow compact writes
+	// one too).
+	CheckpointInterval time.Duration
 }
 
 // Warehouse is the DuckDB file.

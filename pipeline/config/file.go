@@ -72,10 +72,11 @@ type kafkaFile struct {
 }
 
 type lakeFile struct {
-	Dir             string `toml:"dir"`
-	CompactTarget   string `toml:"compact_target"`
-	CompactGrace    string `toml:"compact_grace"`
-	CompactInterval string `toml:"compact_interval"`
+	Dir                string `toml:"dir"`
+	CompactTarget      string `toml:"compact_target"`
+	CompactGrace       string `toml:"compact_grace"`
+	CompactInterval    string `toml:"compact_interval"`
+	CheckpointInterval string `toml:"checkpoint_interval"`
 }
 
 type warehouseFile struct {
@@ -118,7 +119,7 @@ func defaults() file {
 			Retention:      "168h",
 			RetentionBytes: "1GiB",
 		},
-		Lake:      lakeFile{CompactTarget: "128MiB", CompactGrace: "1h", CompactInterval: "10m"},
+		Lake:      lakeFile{CompactTarget: "128MiB", CompactGrace: "1h", CompactInterval: "10m", CheckpointInterval: "6h"},
 		Warehouse: warehouseFile{PublishInterval: "5s"},
 		Keep:      keepFile{Batches: "168h", Runs: "2160h", Checks: "720h"},
 		Contracts: contractsFile{Dir: "contracts"},
@@ -301,6 +302,9 @@ func (f file) resolve(base string) (*Config, []string) {
 	c.Lake.CompactGrace = duration("lake.compact_grace", f.Lake.CompactGrace)
 	if v := strings.TrimSpace(f.Lake.CompactInterval); v != "off" {
 		c.Lake.CompactInterval = duration("lake.compact_interval", v)
+	}
+	if v := strings.TrimSpace(f.Lake.CheckpointInterval); v != "off" {
+		c.Lake.CheckpointInterval = duration("lake.checkpoint_interval", v)
 	}
 	c.Warehouse.Path = filepath.Join(c.DataDir, "warehouse.duckdb")
 	if f.Warehouse.Path != "" {

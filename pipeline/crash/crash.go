@@ -35,10 +35,13 @@ const (
 	// after it, before the compaction is recorded as done.
 	CompactRecorded = "compact.recorded"
 	CompactSwapped  = "compact.swapped"
+	// CheckpointBuilt: a state checkpoint of the lake is built, before
+	// the rename that puts it in the lake.
+	CheckpointBuilt = "checkpoint.built"
 )
 
 // Points are every point the crash loop covers.
-var Points = []string{SourceAcked, Watermark, Snapshot, Staged, Rules, History, Merge, Gold, Committed, Publishing, Swap, CompactRecorded, CompactSwapped}
+var Points = []string{SourceAcked, Watermark, Snapshot, Staged, Rules, History, Merge, Gold, Committed, Publishing, Swap, CompactRecorded, CompactSwapped, CheckpointBuilt}
 
 // Env names the point to die at, as point or point@n (the n-th time it is
 // reached; the first by default). (Not LAKEFLOW_…: those are config

@@ -33,7 +33,12 @@ const (
 // Reserved says whether a table directory named dir would be one of the
 // lake's own (file systems may ignore case).
 func Reserved(dir string) bool {
-	return strings.EqualFold(dir, stagingDir) || strings.EqualFold(dir, DeadLetterDir) || strings.EqualFold(dir, compactDir)
+	for _, own := range []string{stagingDir, DeadLetterDir, compactDir, checkpointDir} {
+		if strings.EqualFold(dir, own) {
+			return true
+		}
+	}
+	return false
 }
 
 // Lake is a lake directory.
