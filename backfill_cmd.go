@@ -70,11 +70,15 @@ func backfillSummary(opts pipeline.BackfillOptions, st pipeline.BackfillStats) s
 			st.Path, st.Events, st.Seconds, float64(st.Events)/max(st.Seconds, 1e-9), st.Quarantined, st.Adopted)
 	case opts.Mart != "":
 		return fmt.Sprintf("recomputed gold.%s for %s in %s in %.2f s", opts.Mart, days, st.Path, st.Seconds)
-	case st.Events == 0:
+	case st.Empty:
 		return ""
 	}
-	return fmt.Sprintf("backfilled %s in %s: %d keys' silver rows replaced (and their history), %d marts recomputed, in %.2f s (the lake's %d events replayed whole)",
-		days, st.Path, st.Slice.Keys, st.Slice.Marts, st.Seconds, st.Events)
+	replayed := fmt.Sprintf("the lake's %d events replayed whole", st.Events)
+	if st.From != 0 {
+		replayed = fmt.Sprintf("the lake's state checkpoint at _cdc_seq %d and the %d events after it replayed", uint64(st.From), st.Events)
+	}
+	return fmt.Sprintf("backfilled %s in %s: %d keys' silver rows replaced (and their history), %d marts recomputed, in %.2f s (%s)",
+		days, st.Path, st.Slice.Keys, st.Slice.Marts, st.Seconds, replayed)
 }
 
 // day parses a --from or --to flag.

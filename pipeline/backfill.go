@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/crash"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
@@ -38,8 +40,13 @@ type BackfillStats struct {
 	// Adopted counts lake files lakeflow.lake_files did not list.
 	Adopted int
 	Path    string
-	// Slice is what a backfill of days replaced.
+	// Slice is what a backfill of days replaced; Empty says the lake held
+	// nothing of the days.
 	Slice warehouse.SliceStats
+	Empty bool
+	// From is the position of the state checkpoint a backfill of days
+	// started from (0: the lake's start).
+	From change.LSN
 }
 
 // replayChunk is how many events a backfill applies per transaction.
@@ -202,7 +209,22 @@ func rebuild(ctx context.Context, cfg *config.Config, path string, days *warehou
 		}
 	}
 	step("lake files adopted")
-	if st.ReplayStats, err = nw.Replay(ctx, warehouse.ReplayScope{ChunkEvents: replayChunk, Days: days}); err != nil {
+	scope := warehouse.ReplayScope{ChunkEvents: replayChunk, Days: days}
+	if days != nil {
+		// A backfill of days starts from the lake's newest checkpoint
+		// that fits; --all replays the lake from its start, as the proof
+		// of what the lake holds.
+		lakeState, err := nw.ReadLakeState(ctx)
+		if err != nil {
+			return err
+		}
+		if scope.From, err = startFromCheckpoint(ctx, cfg, nw, warehouse.InputsOf(set, lakeState.Schemas), math.MaxUint64, log); err != nil {
+			return err
+		}
+		st.From = scope.From
+		step("checkpoint loaded")
+	}
+	if st.ReplayStats, err = nw.Replay(ctx, scope); err != nil {
 		return err
 	}
 	step("lake replayed")
@@ -285,7 +307,7 @@ func backfillRange(ctx context.Context, cfg *config.Config, opts BackfillOptions
 			// as for something; a mistyped day is likelier.
 			log.Warn("the lake holds no change committed on those days: nothing to backfill", "from", opts.From.Format(time.DateOnly),
 				"to", opts.To.Format(time.DateOnly), "lake_first_day", first, "lake_last_day", last)
-			st.Seconds, st.Path = time.Since(t0).Seconds(), cfg.Warehouse.Path
+			st.Seconds, st.Path, st.Empty = time.Since(t0).Seconds(), cfg.Warehouse.Path, true
 			return st, nil
 		}
 		shadow = cfg.Warehouse.Live + ".shadow"

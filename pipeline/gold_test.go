@@ -19,7 +19,7 @@ import (
 // changes that move old days: backdated orders, orders moved in and out
 // of revenue, an order deleted and inserted again, products moved to
 // another category, rows that break rules (one fixed later), a customer
-// deleted and inserted again.
+// deleted and inserted again; with a state checkpoint after the first.
 func goldWorkload(t *testing.T, h *harness) {
 	t.Helper()
 	useDemoContracts(t, h)
@@ -33,6 +33,8 @@ func goldWorkload(t *testing.T, h *harness) {
 		}
 	}
 	h.run(t, Options{Workload: mix(11)})
+	// A backfill of days starts from it, and replays the rest.
+	writeCheckpoint(t, h)
 	h.run(t, Options{Workload: func(ctx context.Context, dsn string) error {
 		return applySteps(ctx, dsn, [][]string{
 			{`INSERT INTO orders (id, customer_id, status, total_cents, currency, created_at)
@@ -130,8 +132,12 @@ func TestStreamBackfillAndSourceAgree(t *testing.T) {
 		t.Fatalf("backfill of days the lake lacks: %v\n%s", err, said)
 	}
 	for _, opts := range []BackfillOptions{{From: from, To: to}, {From: from, To: to, Mart: "product_ranks"}} {
-		if _, err := Backfill(context.Background(), h.cfg, opts, h.log); err != nil {
+		st, err := Backfill(context.Background(), h.cfg, opts, h.log)
+		if err != nil {
 			t.Fatalf("backfill %+v: %v", opts, err)
+		}
+		if opts.Mart == "" && (st.From == 0 || st.Events == 0) {
+			t.Errorf("the backfill of days started from the checkpoint at %d and replayed %d events after it: want the one after the first run, and the runs since", uint64(st.From), st.Events)
 		}
 	}
 	db = attachBoth(t, h.cfg.Warehouse.Path, rebuilt)
