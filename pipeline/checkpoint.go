@@ -138,14 +138,20 @@ func pruneCheckpoints(lk *lake.Lake) (int, error) {
 	return len(cps) - checkpointsKept, nil
 }
 
+// checkpointBuilderMemory caps the DuckDB memory of the checkpoints run
+// --follow builds beside its batches (it spills past it).
+const checkpointBuilderMemory = 256 << 20
+
 // checkpointEvery writes a state checkpoint of the lake every
 // lake.checkpoint_interval while lakeflow run --follow runs (the first an
 // interval after the newest one, or after the start), beside the
-// batches on one DuckDB thread of its own. A build that fails is said in
-// the log and tried again an interval later: the batches go on.
+// batches on one DuckDB thread and checkpointBuilderMemory of its own. A
+// build that fails is said in the log and tried again an interval later:
+// the batches go on.
 func checkpointEvery(ctx context.Context, cfg *config.Config, log *slog.Logger) {
 	own := *cfg
 	own.Warehouse.Threads = 1
+	own.Warehouse.MemoryLimit = checkpointBuilderMemory
 	next := time.Now().Add(cfg.Lake.CheckpointInterval)
 	if lk, err := lake.OpenExisting(cfg.Lake.Dir); err == nil {
 		if cps, err := lk.Checkpoints(); err == nil && len(cps) > 0 {

@@ -101,9 +101,9 @@ var journalSteps = [][]string{
 func TestCrashLoop(t *testing.T) {
 	bin := lakeflowFaultBinary(t)
 	began := time.Now()
-	// State checkpoints every 20 s of run --follow: kills land in
-	// their builds too.
-	h := newHarnessWith(t, "partitions = 3\n[warehouse]\npublish_interval = \"300ms\"\n[lake]\ncheckpoint_interval = \"20s\"",
+	// A state checkpoint every 2 s of run --follow: kills land in their
+	// builds too.
+	h := newHarnessWith(t, "partitions = 3\n[warehouse]\npublish_interval = \"300ms\"\n[lake]\ncheckpoint_interval = \"2s\"",
 		append(qualified(demoTables), "public.journal")...)
 	// Batches of 1 MiB: the large transaction is applied in parts.
 	setConfig(t, h, `batch_bytes = "4MiB"`, `batch_bytes = "1MiB"`)
@@ -270,16 +270,6 @@ func TestCrashLoop(t *testing.T) {
 	db := attachBoth(t, h.cfg.Warehouse.Path, rebuilt)
 	defer db.Close()
 	assertSameSilver(t, h.cfg.Warehouse.Path, rebuilt, tables...)
-	// The lake's latest state, from the newest checkpoint the kills left
-	// that fits (one built since the journal's last schema change), is
-	// the rebuild's.
-	asof := filepath.Join(h.dir, "asof.duckdb")
-	a, err := BuildAsOf(context.Background(), h.cfg, AsOfOptions{Position: lakeEnd, Out: asof}, h.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("asof of the lake's end: %d events replayed after the checkpoint at %d", a.Stats.Events, uint64(a.From))
-	assertSameSilver(t, asof, rebuilt, tables...)
 	for _, table := range []string{"silver.customers_history", "gold.daily_revenue", "gold.product_ranks", "gold.customer_ltv"} {
 		assertSameRows(t, db, table, "*")
 	}
@@ -307,6 +297,7 @@ func TestCrashLoop(t *testing.T) {
 	if split == 0 {
 		t.Error("no batch held part of a transaction: the large one was never split")
 	}
+	assertCheckpointedAsOf(t, h, bin, seed, tables)
 	result := "passed"
 	if t.Failed() {
 		result = "FAILED"
@@ -318,6 +309,53 @@ func TestCrashLoop(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// assertCheckpointedAsOf: lakeflow compact writes a state checkpoint
+// (from the newest the kills left that fits, if one does: the journal's
+// schema changes make older ones not), a run applies changes after it,
+// and the lake's latest state replayed from that checkpoint is the one
+// replayed from the lake's start.
+func assertCheckpointedAsOf(t *testing.T, h *harness, bin string, seed uint64, tables []string) {
+	t.Helper()
+	tomorrow := time.Now().UTC().Add(24 * time.Hour).Format(time.DateOnly)
+	if out, err := exec.Command(bin, "--config", h.file, "compact", "--before", tomorrow).CombinedOutput(); err != nil || !strings.Contains(string(out), "state checkpoint at") {
+		t.Fatalf("lakeflow compact: %v\n%s", err, out)
+	} else {
+		t.Logf("%s", out)
+	}
+	if _, err := (demo.Workload{Events: 300, Seed: seed + 7777}).Run(context.Background(), h.dsn); err != nil {
+		t.Fatal(err)
+	}
+	if err := start(t, h, "run").wait(t); err != nil {
+		t.Fatalf("lakeflow run: %v", err)
+	}
+	asof := func(name string) (*AsOf, string) {
+		out := filepath.Join(h.dir, name)
+		a, err := BuildAsOf(context.Background(), h.cfg, AsOfOptions{Position: lakeEnd, Out: out}, h.log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a, out
+	}
+	a, fromCheckpoint := asof("asof-checkpoint.duckdb")
+	if a.From == 0 || a.Stats.Events == 0 {
+		t.Fatalf("the lake's latest state started from the checkpoint at %d and replayed %d events after it", uint64(a.From), a.Stats.Events)
+	}
+	dir := filepath.Join(h.cfg.Lake.Dir, "_checkpoints")
+	if err := os.Rename(dir, dir+".aside"); err != nil {
+		t.Fatal(err)
+	}
+	b, whole := asof("asof-whole.duckdb")
+	if b.From != 0 || b.Bound != a.Bound {
+		t.Fatalf("asof without checkpoints: from %d, as of %d; with them, as of %d", uint64(b.From), uint64(b.Bound.Seq), uint64(a.Bound.Seq))
+	}
+	t.Logf("asof of the lake's end: %d events replayed after the checkpoint at %d, %d from the start", a.Stats.Events, uint64(a.From), b.Stats.Events)
+	assertSameSilver(t, fromCheckpoint, whole, tables...)
+	db := attachBoth(t, fromCheckpoint, whole)
+	defer db.Close()
+	assertSameRows(t, db, "silver.customers_history", "*")
+	assertSameRows(t, db, "lakeflow.quarantine", "* EXCLUDE (quarantined_at)")
 }
 
 // replaceSection replaces what lies between the lines <!-- name --> and

@@ -63,12 +63,13 @@ type AgeSample struct {
 const ageEpoch = 3 * time.Minute
 
 // ageSettings compress the pipeline's intervals to fit the aging run:
-// a compaction pass every minute, replaced files kept a minute, batches
-// in lakeflow.batches three minutes (pruned at each start), runs and
-// checks a quarter of an hour.
+// a compaction pass and a state checkpoint every minute, replaced files
+// kept a minute, batches in lakeflow.batches three minutes (pruned at
+// each start), runs and checks a quarter of an hour.
 const ageSettings = `[lake]
 compact_interval = "1m"
 compact_grace = "1m"
+checkpoint_interval = "1m"
 [bookkeeping]
 batches = "3m"
 runs = "15m"
