@@ -153,9 +153,14 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 		a.Bound.Seq, a.Split = whole, true
 	}
 	if opts.checkpoint {
-		// The position it holds, not one after it: a checkpoint fits
-		// the positions at or after its own.
-		a.Bound.Seq = min(a.Bound.Seq, a.Last.Seq)
+		whole, _, ok, err := wh.LastWhole(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		if !ok {
+			whole = 0
+		}
+		a.Bound.Seq = checkpointAt(a.Bound.Seq, a.Last.Seq, whole, ls.Newest())
 	}
 	set, err := loaded()
 	if err != nil {

@@ -40,7 +40,8 @@ func startFromCheckpoint(ctx context.Context, cfg *config.Config, wh *warehouse.
 	}
 	cps, err := lk.Checkpoints()
 	if err != nil {
-		return 0, fmt.Errorf("%w: list the lake's checkpoints: %v", fault.ErrEnvironment, err)
+		log.Warn("the lake's state checkpoints cannot be listed: the replay starts at the lake's start", "err", err)
+		return 0, nil
 	}
 	for _, c := range cps {
 		if c.Seq > upto {
@@ -61,6 +62,22 @@ func startFromCheckpoint(ctx context.Context, cfg *config.Config, wh *warehouse.
 		return at, nil
 	}
 	return 0, nil
+}
+
+// checkpointAt is the position a checkpoint of the lake as of bound
+// holds: the lake's last event's at most (a checkpoint fits the
+// positions at or after its own), and below the backlog of a table
+// released from parking (newest are the tables' newest schemas) until a
+// batch past it is whole (whole: the newest whole batch's position, 0:
+// none): its changes are still coming, at positions the lake is past.
+func checkpointAt(bound, last, whole change.LSN, newest []warehouse.Schema) change.LSN {
+	at := min(bound, last)
+	for _, s := range newest {
+		if b := s.Table.Backlog; b != nil && whole < b.To {
+			at = min(at, b.From-1)
+		}
+	}
+	return at
 }
 
 // CheckpointStats describe a state checkpoint written.
@@ -87,6 +104,16 @@ func BuildCheckpoint(ctx context.Context, cfg *config.Config, log *slog.Logger) 
 	if err != nil {
 		return st, err
 	}
+	if st.Removed, err = pruneCheckpoints(lk); err != nil {
+		return st, err
+	}
+	// Nothing came since the newest: building it again would cost the
+	// whole state for nothing.
+	if cps, err := lk.Checkpoints(); err == nil && len(cps) > 0 {
+		if last, err := lk.LastSeq(); err == nil && last <= cps[0].Seq {
+			return st, nil
+		}
+	}
 	path, err := lk.BuildCheckpoint()
 	if err != nil {
 		return st, fmt.Errorf("%w: prepare a checkpoint in the lake: %v", fault.ErrEnvironment, err)
@@ -107,11 +134,10 @@ func BuildCheckpoint(ctx context.Context, cfg *config.Config, log *slog.Logger) 
 		return st, fmt.Errorf("%w: publish a checkpoint in the lake: %v", fault.ErrEnvironment, err)
 	}
 	st.Written = true
-	if st.Removed, err = pruneCheckpoints(lk); err != nil {
-		return st, err
-	}
+	removed, err := pruneCheckpoints(lk)
+	st.Removed += removed
 	st.Seconds = time.Since(t0).Seconds()
-	return st, nil
+	return st, err
 }
 
 // pruneCheckpoints removes the checkpoints older than the newest
@@ -138,6 +164,21 @@ func pruneCheckpoints(lk *lake.Lake) (int, error) {
 	return len(cps) - checkpointsKept, nil
 }
 
+// firstCheckpointAfter is the longest run --follow waits after its
+// start before its first build (less when lake.checkpoint_interval is).
+const firstCheckpointAfter = 10 * time.Minute
+
+// buildGuarded is BuildCheckpoint, a panic turned into its error: a
+// checkpoint only ever saves time, and the batches go on.
+func buildGuarded(ctx context.Context, cfg *config.Config, log *slog.Logger) (st CheckpointStats, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the build panicked: %v", r)
+		}
+	}()
+	return BuildCheckpoint(ctx, cfg, log)
+}
+
 // checkpointBuilderMemory caps the DuckDB memory of the checkpoints run
 // --follow builds beside its batches (it spills past it).
 const checkpointBuilderMemory = 256 << 20
@@ -152,12 +193,13 @@ func checkpointEvery(ctx context.Context, cfg *config.Config, log *slog.Logger) 
 	own := *cfg
 	own.Warehouse.Threads = 1
 	own.Warehouse.MemoryLimit = checkpointBuilderMemory
-	next := time.Now().Add(cfg.Lake.CheckpointInterval)
+	every := cfg.Lake.CheckpointInterval
+	// Not at once after a start: a build a kill (or the machine's memory)
+	// ended would begin at every restart.
+	next := time.Now().Add(min(every, firstCheckpointAfter))
 	if lk, err := lake.OpenExisting(cfg.Lake.Dir); err == nil {
-		if cps, err := lk.Checkpoints(); err == nil && len(cps) > 0 {
-			if fi, err := os.Stat(cps[0].Path); err == nil {
-				next = fi.ModTime().Add(cfg.Lake.CheckpointInterval)
-			}
+		if last := lk.LastBuildBegun(); last.Add(every).After(next) {
+			next = last.Add(every)
 		}
 	}
 	for {
@@ -166,8 +208,8 @@ func checkpointEvery(ctx context.Context, cfg *config.Config, log *slog.Logger) 
 			return
 		case <-time.After(time.Until(next)):
 		}
-		next = time.Now().Add(cfg.Lake.CheckpointInterval)
-		st, err := BuildCheckpoint(ctx, &own, log)
+		next = time.Now().Add(every)
+		st, err := buildGuarded(ctx, &own, log)
 		switch {
 		case ctx.Err() != nil:
 			return

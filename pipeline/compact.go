@@ -33,7 +33,8 @@ type CompactResult struct {
 
 // Compact merges the lake's small files (warehouse.Compact), publishes
 // the warehouse, whose lakeflow.lake_files then lists the merged files,
-// and writes a state checkpoint of the lake (BuildCheckpoint).
+// and writes a state checkpoint of the lake (BuildCheckpoint) unless
+// lake.checkpoint_interval is off.
 func Compact(ctx context.Context, cfg *config.Config, opts CompactOptions, log *slog.Logger) (CompactResult, error) {
 	var st CompactResult
 	if opts.Table != "" {
@@ -79,6 +80,8 @@ func Compact(ctx context.Context, cfg *config.Config, opts CompactOptions, log *
 	if err := wh.Close(); err != nil {
 		return st, err
 	}
-	st.Checkpoint, st.CheckpointErr = BuildCheckpoint(ctx, cfg, log)
+	if cfg.Lake.CheckpointInterval > 0 {
+		st.Checkpoint, st.CheckpointErr = BuildCheckpoint(ctx, cfg, log)
+	}
 	return st, ctx.Err()
 }

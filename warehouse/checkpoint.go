@@ -7,8 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
+	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/lakeflow/lakeflow/contracts"
 	"github.com/lakeflow/lakeflow/pipeline/change"
@@ -38,15 +41,47 @@ const checkpointSchema = "lakeflow_checkpoint"
 // CheckpointInputs are the digests of what a replay's state depends on
 // besides the lake's events.
 type CheckpointInputs struct {
+	// Build is the lakeflow that replays: a fix of a transform makes the
+	// checkpoints of the builds before it unfit.
+	Build     string `json:"build"`
 	Contracts string `json:"contracts"`
 	// Tables are each table's schema versions, by source ID.
 	Tables map[string]string `json:"tables"`
 }
 
+// build names this lakeflow: its module version, or the commit it was
+// built from; a build from a checkout with changes (or none known) adds
+// the executable's size and time, which change with every build.
+var build = sync.OnceValue(func() string {
+	id := "unknown"
+	dirty := true
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v := bi.Main.Version; v != "" && v != "(devel)" {
+			return v
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				id, dirty = s.Value, false
+			case "vcs.modified":
+				dirty = dirty || s.Value == "true"
+			}
+		}
+	}
+	if dirty {
+		if exe, err := os.Executable(); err == nil {
+			if fi, err := os.Stat(exe); err == nil {
+				id += fmt.Sprintf("+%d@%d", fi.Size(), fi.ModTime().UnixNano())
+			}
+		}
+	}
+	return id
+})
+
 // InputsOf gives the digests of a replay under set of the lake's schema
 // versions (LakeState.Schemas).
 func InputsOf(set contracts.Set, schemas []Schema) CheckpointInputs {
-	in := CheckpointInputs{Tables: map[string]string{}}
+	in := CheckpointInputs{Build: build(), Tables: map[string]string{}}
 	// What of a contract a replay reads: its rules (a column's nullable
 	// among them), key, renames and history; not its owner or words.
 	type judged struct {
@@ -59,7 +94,14 @@ func InputsOf(set contracts.Set, schemas []Schema) CheckpointInputs {
 	var all []judged
 	for _, name := range slices.Sorted(maps.Keys(set)) {
 		c := set[name]
-		all = append(all, judged{Table: name, History: c.History, Key: c.Key, Columns: c.Columns, Rules: c.Rules})
+		j := judged{Table: name, History: c.History, Key: c.Key, Columns: slices.Clone(c.Columns), Rules: slices.Clone(c.Rules)}
+		for i := range j.Columns {
+			j.Columns[i].Description = ""
+		}
+		for i := range j.Rules {
+			j.Rules[i].Description = ""
+		}
+		all = append(all, j)
 	}
 	in.Contracts = digest(all)
 	versions := map[string][]Schema{}
@@ -89,8 +131,8 @@ func (w *Warehouse) WriteCheckpointManifest(ctx context.Context, at Bound, in Ch
 		return err
 	}
 	return w.exec(ctx, []string{
-		"CREATE OR REPLACE TABLE lakeflow.checkpoint (format INTEGER NOT NULL, _cdc_seq UBIGINT NOT NULL, contracts VARCHAR NOT NULL, tables JSON NOT NULL)",
-		fmt.Sprintf("INSERT INTO lakeflow.checkpoint VALUES (%d, %d, %s, %s)", checkpointFormat, uint64(at.Seq), literal(in.Contracts), literal(string(tables))),
+		"CREATE OR REPLACE TABLE lakeflow.checkpoint (format INTEGER NOT NULL, _cdc_seq UBIGINT NOT NULL, build VARCHAR NOT NULL, contracts VARCHAR NOT NULL, tables JSON NOT NULL)",
+		fmt.Sprintf("INSERT INTO lakeflow.checkpoint VALUES (%d, %d, %s, %s, %s)", checkpointFormat, uint64(at.Seq), literal(in.Build), literal(in.Contracts), literal(string(tables))),
 	})
 }
 
@@ -107,10 +149,17 @@ func (w *Warehouse) LoadCheckpoint(ctx context.Context, path string, in Checkpoi
 	}
 	defer w.conn.ExecContext(context.WithoutCancel(ctx), "DETACH "+checkpointSchema)
 	var format int
+	err = w.conn.QueryRowContext(ctx, "SELECT format FROM "+checkpointSchema+".lakeflow.checkpoint").Scan(&format)
+	if err != nil {
+		return 0, "", err
+	}
+	if format != checkpointFormat {
+		return 0, fmt.Sprintf("a lakeflow of another checkpoint format (%d, this one reads %d) wrote it", format, checkpointFormat), nil
+	}
 	var seq uint64
-	var contractsDigest, tablesJSON string
-	err = w.conn.QueryRowContext(ctx, "SELECT format, _cdc_seq, contracts, tables::VARCHAR FROM "+checkpointSchema+".lakeflow.checkpoint").
-		Scan(&format, &seq, &contractsDigest, &tablesJSON)
+	var buildID, contractsDigest, tablesJSON string
+	err = w.conn.QueryRowContext(ctx, "SELECT _cdc_seq, build, contracts, tables::VARCHAR FROM "+checkpointSchema+".lakeflow.checkpoint").
+		Scan(&seq, &buildID, &contractsDigest, &tablesJSON)
 	if err != nil {
 		return 0, "", err
 	}
@@ -120,10 +169,10 @@ func (w *Warehouse) LoadCheckpoint(ctx context.Context, path string, in Checkpoi
 		return 0, "", fmt.Errorf("its manifest: %w", err)
 	}
 	switch {
-	case format != checkpointFormat:
-		return at, fmt.Sprintf("a lakeflow of another checkpoint format (%d, this one reads %d) wrote it", format, checkpointFormat), nil
 	case at > upto:
 		return at, "it is after the position", nil
+	case buildID != in.Build:
+		return at, "another lakeflow build (" + buildID + ") wrote it", nil
 	case contractsDigest != in.Contracts:
 		return at, "the contracts changed since it was written", nil
 	}
@@ -152,11 +201,22 @@ func (w *Warehouse) LoadCheckpoint(ctx context.Context, path string, in Checkpoi
 			continue
 		}
 		ids = append(ids, literal(t.schema.ID()))
-		targets := []string{"silver." + ident(t.schema.Name)}
+		names := []string{t.schema.Name}
 		if t.history {
-			targets = append(targets, historyName(t.schema))
+			names = append(names, t.schema.Name+"_history")
 		}
-		for _, target := range targets {
+		for _, name := range names {
+			// The same columns of the same types, or a row loaded would
+			// lack a value a replay gives it (a column added with a
+			// default that no lake file's schema carries yet, say).
+			same, err := w.sameColumns(ctx, name)
+			if err != nil {
+				return 0, "", err
+			}
+			if !same {
+				return at, "silver." + name + " has other columns than it holds", nil
+			}
+			target := "silver." + ident(name)
 			stmts = append(stmts, fmt.Sprintf("INSERT INTO %s BY NAME SELECT * FROM %s.%s", target, checkpointSchema, target))
 		}
 	}
@@ -168,4 +228,18 @@ func (w *Warehouse) LoadCheckpoint(ctx context.Context, path string, in Checkpoi
 		return 0, "", fmt.Errorf("load it: %w", err)
 	}
 	return at, "", nil
+}
+
+// sameColumns says whether silver's table name has the columns, of the
+// same types, in this warehouse and in the checkpoint attached.
+func (w *Warehouse) sameColumns(ctx context.Context, name string) (bool, error) {
+	var differ int
+	err := w.conn.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*) FROM (
+		(SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = current_database() AND schema_name = 'silver' AND table_name = %[1]s
+		EXCEPT SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = %[2]s AND schema_name = 'silver' AND table_name = %[1]s)
+		UNION ALL
+		(SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = %[2]s AND schema_name = 'silver' AND table_name = %[1]s
+		EXCEPT SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = current_database() AND schema_name = 'silver' AND table_name = %[1]s))`,
+		literal(name), literal(checkpointSchema))).Scan(&differ)
+	return differ == 0, err
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
 )
@@ -68,7 +69,8 @@ func (l *Lake) BuildCheckpoint() (string, error) {
 	}
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), buildingPrefix) {
-			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+			// (DuckDB's spill directory among them.)
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
 				return "", err
 			}
 		}
@@ -76,13 +78,26 @@ func (l *Lake) BuildCheckpoint() (string, error) {
 	return filepath.Join(dir, buildingPrefix+"state.duckdb"), nil
 }
 
+// LastBuildBegun is when the newest checkpoint, or the newest build a
+// kill or failure left unfinished, was begun or written (zero: none).
+func (l *Lake) LastBuildBegun() time.Time {
+	entries, err := os.ReadDir(filepath.Join(l.dir, checkpointDir))
+	if err != nil {
+		return time.Time{}
+	}
+	var last time.Time
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil && fi.ModTime().After(last) {
+			last = fi.ModTime()
+		}
+	}
+	return last
+}
+
 // PublishCheckpoint makes the checkpoint built at path durable under its
 // position's name.
 func (l *Lake) PublishCheckpoint(path string, seq change.LSN) (Checkpoint, error) {
 	c := Checkpoint{Seq: seq, Path: filepath.Join(l.dir, checkpointDir, fmt.Sprintf("%016X.duckdb", uint64(seq)))}
-	if _, err := os.Stat(path + ".wal"); err == nil {
-		return c, fmt.Errorf("checkpoint %s was closed with a write-ahead log left", path)
-	}
 	if err := l.sync(path); err != nil {
 		return c, err
 	}
@@ -100,4 +115,23 @@ func (l *Lake) RemoveCheckpoint(c Checkpoint) error {
 		return nil
 	}
 	return err
+}
+
+// LastSeq is the largest position of the lake's files (0: none).
+func (l *Lake) LastSeq() (change.LSN, error) {
+	tables, err := l.Tables()
+	if err != nil {
+		return 0, err
+	}
+	var last change.LSN
+	for _, t := range tables {
+		parts, err := l.Parts(t)
+		if err != nil {
+			return 0, err
+		}
+		for _, p := range parts {
+			last = max(last, p.Span.MaxSeq)
+		}
+	}
+	return last, nil
 }

@@ -143,6 +143,9 @@ type AsOfResult struct {
 	Files    int64   `json:"files"`
 	Bytes    int64   `json:"bytes"`
 	Events   int64   `json:"events"`
+	// Checkpoint is the position of the state checkpoint it started from
+	// (0: the lake's start); Events came after it.
+	Checkpoint int64 `json:"checkpoint,omitempty"`
 }
 
 // RunResult measures one `lakeflow run`.
@@ -686,13 +689,14 @@ func asof(bin, cfgFile, pos, what, out string) (AsOfResult, error) {
 		return r, fmt.Errorf("lakeflow asof: %v\n%s", err, stderr.String())
 	}
 	r.Seconds = time.Since(t0).Seconds()
-	m := regexp.MustCompile(`as-of warehouse built" files=(\d+) bytes=(\d+) events=(\d+)`).FindStringSubmatch(stderr.String())
+	m := regexp.MustCompile(`as-of warehouse built" checkpoint=(\d+) files=(\d+) bytes=(\d+) events=(\d+)`).FindStringSubmatch(stderr.String())
 	if m == nil {
 		return r, fmt.Errorf("lakeflow asof said %q", stderr.String())
 	}
-	r.Files, _ = strconv.ParseInt(m[1], 10, 64)
-	r.Bytes, _ = strconv.ParseInt(m[2], 10, 64)
-	r.Events, _ = strconv.ParseInt(m[3], 10, 64)
+	r.Checkpoint, _ = strconv.ParseInt(m[1], 10, 64)
+	r.Files, _ = strconv.ParseInt(m[2], 10, 64)
+	r.Bytes, _ = strconv.ParseInt(m[3], 10, 64)
+	r.Events, _ = strconv.ParseInt(m[4], 10, 64)
 	return r, nil
 }
 

@@ -1,0 +1,99 @@
+package warehouse
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/config"
+)
+
+// TestACheckpointFitsOnlyItsInputs: a replay that starts from a state
+// checkpoint and replays the events after it gives the stream's silver;
+// a checkpoint of another lakeflow build, other contracts, other columns
+// or a later position is not loaded, and leaves the replay's state empty.
+func TestACheckpointFitsOnlyItsInputs(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	defer f.close()
+	f.apply(f.rec(change.OpCreate, 100, 1, "1", "a", ""), f.rec(change.OpCreate, 100, 2, "2", "b", ""), f.rec(change.OpCreate, 100, 3, "3", "c", ""))
+	f.apply(f.rec(change.OpUpdate, 200, 1, "1", "a2", ""), f.keyOnlyDelete(200, 2, "2"))
+	f.apply(f.rec(change.OpUpdate, 300, 1, "3", "c2", ""), f.rec(change.OpCreate, 300, 2, "2", "b2", ""), f.keyOnlyDelete(300, 3, "1"))
+	want := f.silver()
+
+	view := func(path string) (*Warehouse, CheckpointInputs) {
+		t.Helper()
+		v, err := OpenView(ctx, path, config.Warehouse{}, f.wh.lake, slog.New(slog.NewTextHandler(io.Discard, nil)), View{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls, err := v.ReadLakeState(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := v.ApplyVersions(ctx, ls.Schemas, "lf._schemas"); err != nil {
+			t.Fatal(err)
+		}
+		return v, InputsOf(nil, ls.Schemas)
+	}
+	// The checkpoint: the replay up to the second batch.
+	path := filepath.Join(t.TempDir(), "cp.duckdb")
+	b, in := view(path)
+	at := Bound{Seq: 200}
+	if _, err := b.Replay(ctx, ReplayScope{Upto: &at}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WriteCheckpointManifest(ctx, at, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	v, in := view("")
+	from, unfit, err := v.LoadCheckpoint(ctx, path, in, ^change.LSN(0))
+	if err != nil || unfit != "" || from != at.Seq {
+		t.Fatalf("the checkpoint of the same inputs: at %d, unfit %q, %v", from, unfit, err)
+	}
+	st, err := v.Replay(ctx, ReplayScope{From: from})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := (&fixture{t: t, wh: v}).silver(); got != want || st.Events != 3 {
+		t.Errorf("the replay of %d events after the checkpoint gave silver\n%s\nthe stream's:\n%s", st.Events, got, want)
+	}
+	v.Close()
+
+	for _, tc := range []struct {
+		why    string
+		change func(v *Warehouse, in *CheckpointInputs)
+		upto   change.LSN
+		want   string
+	}{
+		{"another build", func(_ *Warehouse, in *CheckpointInputs) { in.Build += "+fix" }, ^change.LSN(0), "another lakeflow build"},
+		{"other contracts", func(_ *Warehouse, in *CheckpointInputs) { in.Contracts = "other" }, ^change.LSN(0), "the contracts changed"},
+		{"another schema", func(_ *Warehouse, in *CheckpointInputs) { in.Tables["public.acct"] = "other" }, ^change.LSN(0), "the schema of public.acct changed"},
+		{"other columns", func(v *Warehouse, _ *CheckpointInputs) {
+			if _, err := v.conn.ExecContext(ctx, "ALTER TABLE silver.acct ADD COLUMN flag BOOLEAN DEFAULT false"); err != nil {
+				t.Fatal(err)
+			}
+		}, ^change.LSN(0), "silver.acct has other columns"},
+		{"a later position", func(*Warehouse, *CheckpointInputs) {}, 150, "after the position"},
+	} {
+		v, in := view("")
+		tc.change(v, &in)
+		_, unfit, err := v.LoadCheckpoint(ctx, path, in, tc.upto)
+		var n int
+		if qerr := v.conn.QueryRowContext(ctx, "SELECT count(*) FROM silver.acct").Scan(&n); qerr != nil {
+			t.Fatal(qerr)
+		}
+		if err != nil || !strings.Contains(unfit, tc.want) || n != 0 {
+			t.Errorf("a checkpoint of %s: unfit %q, %v, %d rows loaded; want %q and none", tc.why, unfit, err, n, tc.want)
+		}
+		v.Close()
+	}
+}
