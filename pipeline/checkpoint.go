@@ -168,20 +168,24 @@ func pruneCheckpoints(lk *lake.Lake) (int, error) {
 // start before its first build (less when lake.checkpoint_interval is).
 const firstCheckpointAfter = 10 * time.Minute
 
-// buildGuarded is BuildCheckpoint, a panic turned into its error: a
-// checkpoint only ever saves time, and the batches go on.
+// buildGuarded is BuildCheckpoint at the lowest CPU priority, a panic
+// turned into its error: a checkpoint only ever saves time, and the
+// batches go on.
 func buildGuarded(ctx context.Context, cfg *config.Config, log *slog.Logger) (st CheckpointStats, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("the build panicked: %v", r)
-		}
-	}()
-	return BuildCheckpoint(ctx, cfg, log)
+	lowPriority(func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("the build panicked: %v", r)
+			}
+		}()
+		st, err = BuildCheckpoint(ctx, cfg, log)
+	})
+	return st, err
 }
 
 // checkpointBuilderMemory caps the DuckDB memory of the checkpoints run
 // --follow builds beside its batches (it spills past it).
-const checkpointBuilderMemory = 256 << 20
+const checkpointBuilderMemory = 128 << 20
 
 // checkpointEvery writes a state checkpoint of the lake every
 // lake.checkpoint_interval while lakeflow run --follow runs (the first an

@@ -2,14 +2,11 @@ package warehouse
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/config"
 )
 
 // TestACheckpointFitsOnlyItsInputs: a replay that starts from a state
@@ -27,17 +24,7 @@ func TestACheckpointFitsOnlyItsInputs(t *testing.T) {
 
 	view := func(path string) (*Warehouse, CheckpointInputs) {
 		t.Helper()
-		v, err := OpenView(ctx, path, config.Warehouse{}, f.wh.lake, slog.New(slog.NewTextHandler(io.Discard, nil)), View{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls, err := v.ReadLakeState(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := v.ApplyVersions(ctx, ls.Schemas, "lf._schemas"); err != nil {
-			t.Fatal(err)
-		}
+		v, ls := lakeView(t, f, path)
 		return v, InputsOf(nil, ls.Schemas)
 	}
 	// The checkpoint: the replay up to the second batch.

@@ -144,8 +144,22 @@ func replayView(t *testing.T, f *fixture, chunk int, setup func(*Warehouse)) *Wa
 // set up first by setup if given.
 func replayScoped(t *testing.T, f *fixture, scope ReplayScope, setup func(*Warehouse)) *Warehouse {
 	t.Helper()
+	v, _ := lakeView(t, f, "")
+	if setup != nil {
+		setup(v)
+	}
+	if _, err := v.Replay(context.Background(), scope); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// lakeView is a warehouse at path ("": in memory) that reads f's lake,
+// its tables made from the lake's schema versions, and the lake's state.
+func lakeView(t *testing.T, f *fixture, path string) (*Warehouse, LakeState) {
+	t.Helper()
 	ctx := context.Background()
-	v, err := OpenView(ctx, "", config.Warehouse{}, f.wh.lake, slog.New(slog.NewTextHandler(io.Discard, nil)), View{})
+	v, err := OpenView(ctx, path, config.Warehouse{}, f.wh.lake, slog.New(slog.NewTextHandler(io.Discard, nil)), View{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,13 +170,7 @@ func replayScoped(t *testing.T, f *fixture, scope ReplayScope, setup func(*Wareh
 	if err := v.ApplyVersions(ctx, ls.Schemas, "lf._schemas"); err != nil {
 		t.Fatal(err)
 	}
-	if setup != nil {
-		setup(v)
-	}
-	if _, err := v.Replay(ctx, scope); err != nil {
-		t.Fatal(err)
-	}
-	return v
+	return v, ls
 }
 
 // TestReplayOfDaysHoldsTheirKeysWhole: the replay of a backfill of days
