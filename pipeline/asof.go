@@ -114,6 +114,12 @@ func BuildAsOf(ctx context.Context, cfg *config.Config, opts AsOfOptions, log *s
 	if err != nil {
 		return fail(err)
 	}
+	if opts.checkpoint {
+		// Compaction goes on while a checkpoint is built.
+		if err := wh.ReadByLinks(opts.Out + ".lake"); err != nil {
+			return fail(err)
+		}
+	}
 	if len(ls.Schemas) == 0 {
 		return fail(fmt.Errorf("%w: %w", fault.ErrConfig, &noEventsError{cfg.Lake.Dir}))
 	}

@@ -118,6 +118,7 @@ func BuildCheckpoint(ctx context.Context, cfg *config.Config, log *slog.Logger) 
 	if err != nil {
 		return st, fmt.Errorf("%w: prepare a checkpoint in the lake: %v", fault.ErrEnvironment, err)
 	}
+	defer os.RemoveAll(path + ".lake") // the links it read the lake by (ReadByLinks)
 	a, err := BuildAsOf(ctx, cfg, AsOfOptions{Position: lakeEnd, Out: path, checkpoint: true}, log)
 	if _, ok := errors.AsType[*noEventsError](err); ok {
 		return st, nil

@@ -2,11 +2,14 @@ package warehouse
 
 import (
 	"context"
+	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/pipeline/lake"
 )
 
 // TestACheckpointFitsOnlyItsInputs: a replay that starts from a state
@@ -82,5 +85,39 @@ func TestACheckpointFitsOnlyItsInputs(t *testing.T) {
 			t.Errorf("a checkpoint of %s: unfit %q, %v, %d rows loaded; want %q and none", tc.why, unfit, err, n, tc.want)
 		}
 		v.Close()
+	}
+}
+
+// TestAViewReadsOnByLinks: a view that reads the lake by links of the
+// files it listed lets go of the swap lock (a compaction may swap the
+// days at once), and replays the stream's silver with the lake's own
+// files gone.
+func TestAViewReadsOnByLinks(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	f.apply(f.rec(change.OpCreate, 100, 1, "1", "a", ""), f.rec(change.OpCreate, 100, 2, "2", "b", ""))
+	f.apply(f.rec(change.OpUpdate, 200, 1, "1", "a2", ""), f.keyOnlyDelete(200, 2, "2"))
+	want := f.silver()
+	v, _ := lakeView(t, f, "")
+	defer v.Close()
+	if _, err := f.wh.lake.LockSwaps(false); !errors.Is(err, lake.ErrReadersHold) {
+		t.Fatalf("a view that listed the lake does not hold it: %v", err)
+	}
+	if err := v.ReadByLinks(filepath.Join(t.TempDir(), "links")); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := f.wh.lake.LockSwaps(false)
+	if err != nil {
+		t.Fatalf("a view that reads by links still holds the lake: %v", err)
+	}
+	unlock()
+	if err := os.RemoveAll(f.wh.lake.Abs("acct")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Replay(context.Background(), ReplayScope{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := (&fixture{t: t, wh: v}).silver(); got != want {
+		t.Errorf("the view read by links gave silver\n%s\nthe stream's:\n%s", got, want)
 	}
 }

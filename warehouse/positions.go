@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -320,4 +321,56 @@ func (w *Warehouse) BatchPositions(ctx context.Context, n int, batch int64) ([]B
 	}
 	slices.SortFunc(out, func(a, b BatchPosition) int { return int(b.Batch - a.Batch) })
 	return out[:min(n, len(out))], nil
+}
+
+// ReadByLinks makes this view read hard links of the files it listed,
+// made under dir (on the lake's file system), instead of the lake's own,
+// and lets go of the lake's swap lock: compaction may swap days while
+// the view reads on (a checkpoint's build, which replays for long, would
+// hold it off otherwise). A merged day's list of batches is linked with
+// its files.
+func (w *Warehouse) ReadByLinks(dir string) error {
+	if w.view == nil {
+		return fmt.Errorf("only a view of the lake reads it by links")
+	}
+	if _, err := w.Complete(); err != nil { // the listing, under the lock
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	link := func(rel string) error {
+		dst := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		return os.Link(w.lake.Abs(rel), dst)
+	}
+	days := map[string]bool{}
+	for _, parts := range w.listing {
+		for _, p := range parts {
+			if err := link(p.Path); err != nil {
+				return fmt.Errorf("link the lake's files: %w", err)
+			}
+			day := filepath.Dir(p.Path)
+			if days[day] {
+				continue
+			}
+			days[day] = true
+			batches := filepath.Join(day, lake.BatchesFile)
+			if _, err := os.Stat(w.lake.Abs(batches)); err == nil {
+				if err := link(batches); err != nil {
+					return fmt.Errorf("link the lake's files: %w", err)
+				}
+			}
+		}
+	}
+	linked, err := lake.OpenExisting(dir)
+	if err != nil {
+		return err
+	}
+	w.lake = linked
+	w.releaseLake()
+	w.releaseLake = func() {}
+	return nil
 }
