@@ -74,6 +74,11 @@ func Compact(ctx context.Context, cfg *config.Config, opts CompactOptions, log *
 	if err != nil {
 		return st, err
 	}
+	// The copy's marts as of its silver: partitions a run left waiting
+	// for its next copy (it stopped first) are refreshed in it.
+	if err := setMarts(ctx, cfg, wh); err != nil {
+		return st, err
+	}
 	if _, err := wh.Publish(ctx, cfg.Warehouse.Path); err != nil {
 		return st, err
 	}
