@@ -11,13 +11,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/lakeflow/lakeflow/pipeline"
+	"github.com/lakeflow/lakeflow/pipeline/build"
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/demo"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
@@ -82,7 +82,7 @@ func newApp() *cli.App {
 	return &cli.App{
 		Name:           "lakeflow",
 		Usage:          "PostgreSQL WAL → Kafka → Parquet lake + DuckDB warehouse, in one process",
-		Version:        version(),
+		Version:        build.Version(),
 		Flags:          commonFlags(),
 		Commands:       []*cli.Command{runCommand(), contractsCommand(), backfillCommand(), asofCommand(), catalogCommand(), checkCommand(), sqlCommand(), statusCommand(), resyncCommand(), compactCommand()},
 		ExitErrHandler: func(*cli.Context, error) {},
@@ -319,31 +319,6 @@ func commandPath(c *cli.Context) string {
 		}
 	}
 	return strings.Join(append([]string{c.App.Name}, names...), " ")
-}
-
-// version is the module's version, or for a build from a checkout the
-// commit it was built from (+dirty with changes not committed).
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" {
-		return v
-	}
-	rev, dirty := "", ""
-	for _, s := range bi.Settings {
-		switch {
-		case s.Key == "vcs.revision":
-			rev = s.Value[:min(12, len(s.Value))]
-		case s.Key == "vcs.modified" && s.Value == "true":
-			dirty = "+dirty"
-		}
-	}
-	if rev == "" {
-		return "(devel)"
-	}
-	return rev + dirty
 }
 
 // invocation is how to run lakeflow again as this process was run: go

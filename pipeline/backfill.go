@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/lakeflow/lakeflow/contracts"
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/crash"
@@ -214,11 +215,7 @@ func rebuild(ctx context.Context, cfg *config.Config, path string, days *warehou
 		// A backfill of days starts from the lake's newest checkpoint
 		// that fits; --all replays the lake from its start, as the proof
 		// of what the lake holds.
-		lakeState, err := nw.ReadLakeState(ctx)
-		if err != nil {
-			return err
-		}
-		if scope.From, err = startFromCheckpoint(ctx, cfg, nw, warehouse.InputsOf(set, lakeState.Schemas), math.MaxUint64, log); err != nil {
+		if scope.From, err = daysCheckpoint(ctx, cfg, nw, set, ls, old == nil, log); err != nil {
 			return err
 		}
 		st.From = scope.From
@@ -238,6 +235,23 @@ func rebuild(ctx context.Context, cfg *config.Config, path string, days *warehou
 	err = nw.Close()
 	step("closed")
 	return err
+}
+
+// daysCheckpoint loads into nw the newest checkpoint that fits the
+// backfill of days, and returns its position (0: none). A checkpoint
+// records the lake's schema versions, which ls holds if it is the lake's
+// (fromLake), not the old warehouse's newest: a lake whose files do not
+// say their schemas (an older lakeflow wrote them) is replayed from its
+// start, as before checkpoints.
+func daysCheckpoint(ctx context.Context, cfg *config.Config, nw *warehouse.Warehouse, set contracts.Set, ls warehouse.LakeState, fromLake bool, log *slog.Logger) (change.LSN, error) {
+	if !fromLake {
+		var err error
+		if ls, err = nw.ReadLakeState(ctx); err != nil {
+			log.Warn("the lake's schemas cannot be read: the backfill replays the lake from its start, not from a checkpoint", "err", fault.OneLine(err.Error()))
+			return 0, nil
+		}
+	}
+	return startFromCheckpoint(ctx, cfg, nw, warehouse.InputsOf(set, ls.Schemas), math.MaxUint64, log)
 }
 
 // openOld opens the warehouse a rebuild replaces, or returns nil if it is

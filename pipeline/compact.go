@@ -52,6 +52,19 @@ func Compact(ctx context.Context, cfg *config.Config, opts CompactOptions, log *
 		return st, fmt.Errorf("%w (lakeflow compact does not run beside lakeflow run: stop it first)", err)
 	}
 	defer unlock()
+	if st.CompactStats, err = compactLive(ctx, cfg, opts, log); err != nil {
+		return st, err
+	}
+	if cfg.Lake.CheckpointInterval > 0 {
+		st.Checkpoint, st.CheckpointErr = BuildCheckpoint(ctx, cfg, log)
+	}
+	return st, ctx.Err()
+}
+
+// compactLive merges the lake's small files and publishes the live
+// warehouse, holding the data directory.
+func compactLive(ctx context.Context, cfg *config.Config, opts CompactOptions, log *slog.Logger) (warehouse.CompactStats, error) {
+	var st warehouse.CompactStats
 	lk, err := lake.Open(cfg.Lake.Dir)
 	if err != nil {
 		return st, err
@@ -70,23 +83,15 @@ func Compact(ctx context.Context, cfg *config.Config, opts CompactOptions, log *
 			return st, fmt.Errorf("%w: --table %s: the warehouse holds no such table (it holds %s)", fault.ErrConfig, opts.Table, strings.Join(names, ", "))
 		}
 	}
-	st.CompactStats, err = wh.Compact(ctx, warehouse.CompactOptions{Table: opts.Table, Before: opts.Before, Target: cfg.Lake.CompactTarget, Grace: cfg.Lake.CompactGrace, Wait: true})
-	if err != nil {
-		return st, err
-	}
 	// The copy's marts as of its silver: partitions a run left waiting
-	// for its next copy (it stopped first) are refreshed in it.
+	// for its next copy (it stopped first) are refreshed in it. Given
+	// first: a mart file to correct is said before anything is merged.
 	if err := setMarts(ctx, cfg, wh); err != nil {
 		return st, err
 	}
-	if _, err := wh.Publish(ctx, cfg.Warehouse.Path); err != nil {
+	if st, err = wh.Compact(ctx, warehouse.CompactOptions{Table: opts.Table, Before: opts.Before, Target: cfg.Lake.CompactTarget, Grace: cfg.Lake.CompactGrace, Wait: true}); err != nil {
 		return st, err
 	}
-	if err := wh.Close(); err != nil {
-		return st, err
-	}
-	if cfg.Lake.CheckpointInterval > 0 {
-		st.Checkpoint, st.CheckpointErr = BuildCheckpoint(ctx, cfg, log)
-	}
-	return st, ctx.Err()
+	_, err = wh.Publish(ctx, cfg.Warehouse.Path)
+	return st, err
 }

@@ -306,3 +306,35 @@ func TestBoundedPassesTakeTablesInTurn(t *testing.T) {
 		t.Fatalf("bounded passes after public.t, then after public.u, merged a day of %q, want public.u, then public.t (round again)", got)
 	}
 }
+
+// TestCompactNamesTheMartToCorrect: lakeflow compact publishes its copy
+// with the marts as of its silver, so a mart file lakeflow cannot read
+// stops it before anything is merged, naming the file; once the file
+// is corrected, lakeflow compact merges and publishes.
+func TestCompactNamesTheMartToCorrect(t *testing.T) {
+	h := smallFilesLake(t, 2)
+	dir := t.TempDir()
+	h.cfg.Gold.Dir, h.cfg.Gold.DirSet = dir, true
+	bad := filepath.Join(dir, "broken.sql")
+	if err := os.WriteFile(bad, []byte("-- gold.broken: no grain\nSELECT 1 AS x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lk, err := lake.OpenExisting(h.cfg.Lake.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := lk.Parts("u")
+	tomorrow := time.Now().UTC().Add(24 * time.Hour).Format(time.DateOnly)
+	_, err = Compact(context.Background(), h.cfg, CompactOptions{Before: tomorrow}, h.log)
+	after, _ := lk.Parts("u")
+	if !errors.Is(err, fault.ErrConfig) || !strings.Contains(err.Error(), "broken.sql") || len(after) != len(before) {
+		t.Fatalf("lakeflow compact with a mart it cannot read: %v, u's files %d → %d; want a configuration error naming broken.sql, nothing merged", err, len(before), len(after))
+	}
+	if err := os.Remove(bad); err != nil {
+		t.Fatal(err)
+	}
+	st, err := Compact(context.Background(), h.cfg, CompactOptions{Before: tomorrow}, h.log)
+	if err != nil || st.Days == 0 {
+		t.Fatalf("lakeflow compact once the mart is corrected: %+v, %v", st.CompactStats, err)
+	}
+}

@@ -7,13 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
-	"runtime/debug"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/lakeflow/lakeflow/contracts"
+	"github.com/lakeflow/lakeflow/pipeline/build"
 	"github.com/lakeflow/lakeflow/pipeline/change"
 )
 
@@ -49,39 +47,10 @@ type CheckpointInputs struct {
 	Tables map[string]string `json:"tables"`
 }
 
-// build names this lakeflow: its module version, or the commit it was
-// built from; a build from a checkout with changes (or none known) adds
-// the executable's size and time, which change with every build.
-var build = sync.OnceValue(func() string {
-	id := "unknown"
-	dirty := true
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if v := bi.Main.Version; v != "" && v != "(devel)" {
-			return v
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				id, dirty = s.Value, false
-			case "vcs.modified":
-				dirty = dirty || s.Value == "true"
-			}
-		}
-	}
-	if dirty {
-		if exe, err := os.Executable(); err == nil {
-			if fi, err := os.Stat(exe); err == nil {
-				id += fmt.Sprintf("+%d@%d", fi.Size(), fi.ModTime().UnixNano())
-			}
-		}
-	}
-	return id
-})
-
 // InputsOf gives the digests of a replay under set of the lake's schema
 // versions (LakeState.Schemas).
 func InputsOf(set contracts.Set, schemas []Schema) CheckpointInputs {
-	in := CheckpointInputs{Build: build(), Tables: map[string]string{}}
+	in := CheckpointInputs{Build: build.Identity(), Tables: map[string]string{}}
 	// What of a contract a replay reads: its rules (a column's nullable
 	// among them), key, renames and history; not its owner or words.
 	type judged struct {

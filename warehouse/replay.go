@@ -227,6 +227,13 @@ func (w *Warehouse) Replay(ctx context.Context, scope ReplayScope) (ReplayStats,
 // keeps into chunks of about n events that end at transaction
 // boundaries: the last _cdc_seq of each chunk.
 func (w *Warehouse) chunkBounds(ctx context.Context, files []string, n int, where string) ([]uint64, error) {
+	var total int64
+	if err := w.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT sum(num_rows) FROM parquet_file_metadata(%s)", sqlList(files))).Scan(&total); err != nil {
+		return nil, err
+	}
+	if total <= int64(n) {
+		return []uint64{math.MaxUint64}, nil // one chunk: no need to read the positions
+	}
 	rows, err := w.conn.QueryContext(ctx, fmt.Sprintf(`SELECT _cdc_seq, sum(count(*)) OVER (ORDER BY _cdc_seq) AS upto
 		FROM read_parquet(%s, union_by_name = true) WHERE %s GROUP BY _cdc_seq ORDER BY _cdc_seq`, sqlList(files), where))
 	if err != nil {
