@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/lakeflow/lakeflow/pipeline/crash"
 	"github.com/lakeflow/lakeflow/pipeline/demo"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
@@ -248,29 +250,30 @@ func TestCrashLoop(t *testing.T) {
 	// One more transaction larger than batch_bytes, while run --follow
 	// reads it live, so that it is applied in parts (the loop's may have
 	// come after a kill, as a backlog, in one), and a kill in the middle.
-	// No checkpoint is built meanwhile (the first comes 10 minutes after
-	// a start): one that replays the lake from its start, beside a loaded
-	// suite, slowed the run until the transaction came whole, in one
-	// batch.
+	// The run has applied what the loop left first, and builds no
+	// checkpoint meanwhile (the first comes 10 minutes after a start): a
+	// run still draining a backlog, or replaying the lake beside a loaded
+	// suite, read the transaction whole, in one batch.
 	setConfig(t, h, `checkpoint_interval = "2s"`, `checkpoint_interval = "1h"`)
 	p := start(t, h, "run", "--follow")
 	p.waitStreaming(t)
+	conn := pgtest.Connect(t, h.dsn)
+	walEnd := walEndNow(t, conn)
+	waitFor(t, "the run to apply what the loop left", func() bool {
+		done, err := slotPast(conn, h.cfg.Source.Slot, walEnd)
+		return err == nil && done
+	})
 	before := strings.Count(h.logs.String(), "consistent=false")
 	pgtest.Exec(t, h.dsn, `INSERT INTO journal SELECT g, g % 3, g, 'big' FROM generate_series(100001, 180000) g`)
 	waitFor(t, "a batch holding part of the large transaction", func() bool { return strings.Count(h.logs.String(), "consistent=false") > before })
 	p.kill(t)
 	cancel()
-	conn := pgtest.Connect(t, h.dsn)
-	var end string
-	if err := conn.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
-		t.Fatal(err)
-	}
+	end := walEndNow(t, conn)
 	p = start(t, h, "run")
 	if err := p.wait(t); err != nil {
 		t.Fatalf("the final lakeflow run: %v", err)
 	}
-	var caughtUp bool
-	if err := conn.QueryRow(context.Background(), "SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = $2", end, h.cfg.Source.Slot).Scan(&caughtUp); err != nil || !caughtUp {
+	if caughtUp, err := slotPast(conn, h.cfg.Source.Slot, end); err != nil || !caughtUp {
 		t.Errorf("the slot is not confirmed past %s, where the WAL ended before the last run (%v)", end, err)
 	}
 	tables := append(slices.Clone(demoTables), "journal")
@@ -322,6 +325,24 @@ func TestCrashLoop(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// walEndNow is the source's WAL position now.
+func walEndNow(t *testing.T, conn *pgx.Conn) string {
+	t.Helper()
+	var end string
+	if err := conn.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&end); err != nil {
+		t.Fatal(err)
+	}
+	return end
+}
+
+// slotPast says whether the slot is confirmed at or past end: the
+// pipeline applied what the source wrote before it.
+func slotPast(conn *pgx.Conn, slot, end string) (bool, error) {
+	var past bool
+	err := conn.QueryRow(context.Background(), "SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = $2", end, slot).Scan(&past)
+	return past, err
 }
 
 // assertCheckpointedAsOf: lakeflow compact writes a state checkpoint
