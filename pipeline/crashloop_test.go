@@ -105,9 +105,9 @@ var journalSteps = [][]string{
 func TestCrashLoop(t *testing.T) {
 	bin := lakeflowFaultBinary(t)
 	began := time.Now()
-	// A state checkpoint every 2 s of run --follow: kills land in their
+	// A state checkpoint every 5 s of run --follow: kills land in their
 	// builds too.
-	h := newHarnessWith(t, "partitions = 3\n[warehouse]\npublish_interval = \"300ms\"\n[lake]\ncheckpoint_interval = \"2s\"",
+	h := newHarnessWith(t, "partitions = 3\n[warehouse]\npublish_interval = \"300ms\"\n[lake]\ncheckpoint_interval = \"5s\"",
 		append(qualified(demoTables), "public.journal")...)
 	// Batches of 1 MiB: the large transaction is applied in parts.
 	setConfig(t, h, `batch_bytes = "4MiB"`, `batch_bytes = "1MiB"`)
@@ -254,7 +254,7 @@ func TestCrashLoop(t *testing.T) {
 	// checkpoint meanwhile (the first comes 10 minutes after a start): a
 	// run still draining a backlog, or replaying the lake beside a loaded
 	// suite, read the transaction whole, in one batch.
-	setConfig(t, h, `checkpoint_interval = "2s"`, `checkpoint_interval = "1h"`)
+	setConfig(t, h, `checkpoint_interval = "5s"`, `checkpoint_interval = "1h"`)
 	p := start(t, h, "run", "--follow")
 	p.waitStreaming(t)
 	conn := pgtest.Connect(t, h.dsn)
