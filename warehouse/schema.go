@@ -189,11 +189,14 @@ func (w *Warehouse) ApplyVersions(ctx context.Context, schemas []Schema, schemaT
 	return nil
 }
 
-// Schemas returns the schema of every table the warehouse holds.
+// Schemas returns a copy of the schema of every table the warehouse
+// holds: the caller may hand them to another goroutine (the source
+// resumes from them when Kafka lost its schemas) while batches read the
+// warehouse's own.
 func (w *Warehouse) Schemas() map[string]*change.Table {
 	out := make(map[string]*change.Table, len(w.tables))
 	for id, t := range w.tables {
-		out[id] = t.schema
+		out[id] = t.schema.Clone()
 	}
 	return out
 }

@@ -1155,3 +1155,22 @@ func TestLakeWriteFailureFailsTheBatch(t *testing.T) {
 		t.Errorf("the lake holds %d events, want 1", n)
 	}
 }
+
+// TestSchemasAreTheCallersOwn: the schemas the warehouse hands out (to
+// the source, which resumes from them in a goroutine of its own when
+// Kafka lost its schemas) share nothing with those its batches read: a
+// change to one, or the key cache KeyColumns fills, does not reach them.
+func TestSchemasAreTheCallersOwn(t *testing.T) {
+	f := newFixture(t)
+	defer f.close()
+	got := f.wh.Schemas()["public.acct"]
+	if got == nil {
+		t.Fatal("no schema for public.acct")
+	}
+	name := got.Columns[0].Name
+	defer func() { got.Columns[0].Name = name }() // (if it were the warehouse's)
+	got.Columns[0].Name = "changed"
+	if again := f.wh.Schemas()["public.acct"]; again == got || again.Columns[0].Name != name {
+		t.Fatalf("the warehouse's schema changed with the copy it handed out: %+v", again.Columns[0])
+	}
+}

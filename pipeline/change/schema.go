@@ -1,5 +1,10 @@
 package change
 
+import (
+	"maps"
+	"slices"
+)
+
 // Kind is the family of a PostgreSQL type, which decides how its values are
 // written into the envelope and which DuckDB type holds them.
 type Kind string
@@ -163,6 +168,23 @@ func (t *Table) KeyColumns() []int {
 		}
 	}
 	return t.keys
+}
+
+// Clone returns a copy of t that shares nothing with it: a schema handed
+// to another goroutine must not share the key cache KeyColumns writes.
+func (t *Table) Clone() *Table {
+	c := *t
+	c.Columns = slices.Clone(t.Columns)
+	c.Storage, c.Leaves = slices.Clone(t.Storage), slices.Clone(t.Leaves)
+	c.Renames = maps.Clone(t.Renames)
+	c.Retired = slices.Clone(t.Retired)
+	c.Formerly, c.Reals = slices.Clone(t.Formerly), slices.Clone(t.Reals)
+	if t.Backlog != nil {
+		b := *t.Backlog
+		c.Backlog = &b
+	}
+	c.keys = nil
+	return &c
 }
 
 // Column returns the index of the named column, or -1.

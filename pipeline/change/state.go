@@ -1,6 +1,10 @@
 package change
 
-import "fmt"
+import (
+	"fmt"
+	"maps"
+	"slices"
+)
 
 // SourceState is what the source must remember across runs. It is kept
 // in Kafka next to the events, and the warehouse keeps a copy, so a
@@ -27,6 +31,24 @@ type SourceState struct {
 	// by itself (a contract refuses it, or only a copy can say the values
 	// it wrote): their changes wait in the WAL while the others go on.
 	Parked []ParkedTable `json:"parked,omitempty"`
+}
+
+// Clone returns a copy of s that shares nothing with it (nil for nil):
+// the source changes its state in place as it goes, so a goroutine that
+// compares with it needs a copy of its own.
+func (s *SourceState) Clone() *SourceState {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.Tables = slices.Clone(s.Tables)
+	c.SignedFrom = maps.Clone(s.SignedFrom)
+	c.Copies = slices.Clone(s.Copies)
+	for i := range c.Copies {
+		c.Copies[i].After = slices.Clone(c.Copies[i].After)
+	}
+	c.Parked = slices.Clone(s.Parked)
+	return &c
 }
 
 // ParkedTable is a table whose changes from At on are not handed over:
