@@ -34,6 +34,8 @@ const (
 	exitCheckContracts = 5
 	exitCheckCatalog   = 6
 	exitCheckData      = 7
+	// A query, or a position or table it asks about, is wrong.
+	exitQuery = 8
 )
 
 func main() {
@@ -164,6 +166,8 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
+	case errors.Is(err, fault.ErrQuery):
+		return exitQuery
 	case errors.Is(err, fault.ErrConfig):
 		return exitConfig
 	case errors.Is(err, fault.ErrEnvironment), errors.Is(err, fault.ErrUnavailable), errors.Is(err, fault.ErrSource):

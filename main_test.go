@@ -26,6 +26,7 @@ func TestExitCodes(t *testing.T) {
 	}{
 		{nil, exitOK},
 		{fmt.Errorf("%w: bad key", fault.ErrConfig), exitConfig},
+		{fmt.Errorf("%w: no such column", fault.ErrQuery), exitQuery},
 		{fmt.Errorf("start: %w", fmt.Errorf("%w: no initdb", fault.ErrEnvironment)), exitEnvironment},
 		{fmt.Errorf("%w: kafka down", fault.ErrUnavailable), exitEnvironment},
 		{fmt.Errorf("%w: no replication", fault.ErrSource), exitEnvironment},
@@ -111,17 +112,20 @@ func TestFlagsAfterTheArgument(t *testing.T) {
 	}
 }
 
-// TestQueryErrorsInTheUsersTerms: a statement that does not read is named
-// so; DuckDB's excerpt of the wrapped statement is left out.
+// TestQueryErrorsInTheUsersTerms: a query's errors are the query's class
+// (exit 8), not the configuration's; a statement that does not read is
+// named so, a misspelled first word gets the word meant, and DuckDB's
+// excerpt of the wrapped statement is left out.
 func TestQueryErrorsInTheUsersTerms(t *testing.T) {
 	for q, want := range map[string]string{
 		"create table x(a int)":              "only queries that read run here (SELECT, WITH, FROM, VALUES …), not CREATE",
 		"  -- note\n (DELETE FROM silver.t)": "not DELETE",
-		"SELECT nope FROM silver.t":          `configuration: Binder Error: column "nope" not found Candidate bindings: "id"`,
+		"SELEC * FROM silver.t":              "query: SELEC is no SQL keyword a query starts with (did you mean SELECT?)",
+		"SELECT nope FROM silver.t":          `query: Binder Error: column "nope" not found Candidate bindings: "id"`,
 	} {
 		err := queryError(q, errors.New("Binder Error: column \"nope\" not found\nCandidate bindings: \"id\"\n\nLINE 1: SELECT COLUMNS(*)::VARCHAR FROM (SELECT nope"))
-		if got := fault.OneLine(err.Error()); !errors.Is(err, fault.ErrConfig) || !strings.Contains(got, want) || strings.Contains(got, "COLUMNS(*)") {
-			t.Errorf("queryError(%q) = %q, want a configuration error saying %q", q, got, want)
+		if got := fault.OneLine(err.Error()); exitCode(err) != exitQuery || !strings.Contains(got, want) || strings.Contains(got, "COLUMNS(*)") {
+			t.Errorf("queryError(%q) = %q (exit %d), want a query error saying %q", q, got, exitCode(err), want)
 		}
 	}
 }

@@ -84,12 +84,14 @@ func queryError(q string, err error) error {
 		_, rest, _ = strings.Cut(rest, "\n")
 		rest = strings.TrimLeft(rest, " \t\r\n(")
 	}
-	word := strings.ToUpper(strings.TrimRight(strings.Fields(rest + " ;")[0], ";"))
-	if word != "" && !slices.Contains(readers, word) {
-		return fmt.Errorf("%w: only queries that read run here (%s …), not %s", fault.ErrConfig, strings.Join(readers[:4], ", "), word)
+	word := strings.TrimRight(strings.Fields(rest + " ;")[0], ";")
+	if word != "" && !slices.Contains(readers, strings.ToUpper(word)) {
+		if hint := fault.DidYouMean(word, readers); hint != "" {
+			return fmt.Errorf("%w: %s is no SQL keyword a query starts with%s", fault.ErrQuery, word, hint)
+		}
+		return fmt.Errorf("%w: only queries that read run here (%s …), not %s", fault.ErrQuery, strings.Join(readers[:4], ", "), strings.ToUpper(word))
 	}
-	msg, _, _ := strings.Cut(err.Error(), "\nLINE ")
-	return fmt.Errorf("%w: %s", fault.ErrConfig, strings.TrimSpace(msg))
+	return fmt.Errorf("%w: %s", fault.ErrQuery, fault.Plain(err))
 }
 
 // printResult prints a query result: aligned text (NULL shown as NULL),

@@ -39,7 +39,7 @@ func TestDemoContractsLoad(t *testing.T) {
 func TestMalformedContractsAreRefused(t *testing.T) {
 	const head = "table = \"public.t\"\nkey = [\"id\"]\n[[columns]]\nname = \"id\"\ntype = \"integer\"\n[[columns]]\nname = \"v\"\ntype = \"numeric(10,2)\"\n"
 	for name, tc := range map[string]struct{ body, want string }{
-		"unknown column": {head + "[[rules]]\nname = \"r\"\ncheck = \"w > 0\"\n", `t.toml:9: rule t.r: check "w > 0"`},
+		"unknown column": {head + "[[rules]]\nname = \"r\"\ncheck = \"w > 0\"\n", `t.toml:9: rule t.r: check "w > 0": Binder Error: Referenced column "w" not found in FROM clause!`},
 		"bad type":       {"table = \"public.t\"\nkey = [\"id\"]\n[[columns]]\nname = \"id\"\ntype = \"integr\"\n", `t.toml:3: column id: type "integr" is not built in`},
 		"duplicate rule": {head + "[[rules]]\nname = \"r\"\ncheck = \"v > 0\"\n[[rules]]\nname = \"r\"\ncheck = \"v < 9\"\n", "t.toml:12: rule t.r is declared twice"},
 		"not parsing":    {head + "[[rules]]\nname = \"r\"\ncheck = \"v >\"\n", "does not parse"},
@@ -61,6 +61,9 @@ func TestMalformedContractsAreRefused(t *testing.T) {
 		_, err := Load(dir)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: want an error containing %q, got %v", name, tc.want, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "DESCRIBE") {
+			t.Errorf("%s: the error shows lakeflow's own SQL: %v", name, err)
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	_ "github.com/duckdb/duckdb-go/v2" // DuckDB parses and binds the rules
+
+	"github.com/lakeflow/lakeflow/pipeline/fault"
 )
 
 // environmental are functions DuckDB calls consistent that still answer
@@ -200,7 +202,7 @@ func (ck *checker) bind(c *Contract, rules []Rule) ([]error, error) {
 		for i, r := range rules {
 			one, err := describe([]Rule{r})
 			if err != nil {
-				problems = append(problems, fmt.Errorf("%s:%d: rule %s: check %q: %s", c.File, r.line, r.Name, r.Check, strings.Join(strings.Fields(err.Error()), " ")))
+				problems = append(problems, fmt.Errorf("%s:%d: rule %s: check %q: %s", c.File, r.line, r.Name, r.Check, fault.Plain(err)))
 				continue
 			}
 			types[i] = one[0]

@@ -312,7 +312,7 @@ func parsePosition(s string) (position, error) {
 	var p position
 	s = strings.TrimSpace(s)
 	bad := func(why string) (position, error) {
-		return p, fmt.Errorf("%w: position %q %s; give %s", fault.ErrConfig, s, why, PositionForms)
+		return p, fmt.Errorf("%w: position %q %s; give %s", fault.ErrQuery, s, why, PositionForms)
 	}
 	switch {
 	case s == "":
@@ -378,7 +378,7 @@ func (a *AsOf) resolve(ctx context.Context, p position, ls warehouse.LakeState) 
 			return err
 		}
 		if len(bs) == 0 {
-			return fmt.Errorf("%w: no lake file names batch %d: a batch that applied no events writes none, and holds the state of the batch before it (lakeflow asof --list shows the batches the lake names; lakeflow status, the published batch's LSN, which asof takes)", fault.ErrConfig, p.batch)
+			return fmt.Errorf("%w: no lake file names batch %d: a batch that applied no events writes none, and holds the state of the batch before it (lakeflow asof --list shows the batches the lake names; lakeflow status, the published batch's LSN, which asof takes)", fault.ErrQuery, p.batch)
 		}
 		a.Bound.Seq = bs[0].Seq
 	case p.kafka != nil:
@@ -393,13 +393,13 @@ func (a *AsOf) resolve(ctx context.Context, p position, ls warehouse.LakeState) 
 			}
 		}
 		if t == nil {
-			return fmt.Errorf("%w: topic %s holds no table of the lake (its topics: %s)", fault.ErrConfig, p.kafka.topic, strings.Join(topics, ", "))
+			return fmt.Errorf("%w: topic %s holds no table of the lake (its topics: %s)", fault.ErrQuery, p.kafka.topic, strings.Join(topics, ", "))
 		}
 		seq, after, err := a.KafkaSeq(ctx, t, p.kafka.topic, p.kafka.partition, p.kafka.offset)
 		switch {
 		case errors.Is(err, warehouse.ErrNotInLake):
 			return fmt.Errorf("%w: offset %d of %s partition %d is not in the lake (before its first record there, or a dead letter)",
-				fault.ErrConfig, p.kafka.offset, p.kafka.topic, p.kafka.partition)
+				fault.ErrQuery, p.kafka.offset, p.kafka.topic, p.kafka.partition)
 		case err != nil:
 			return err
 		case after:
@@ -416,13 +416,13 @@ func (a *AsOf) resolve(ctx context.Context, p position, ls warehouse.LakeState) 
 			a.Bound.Seq, a.After = last.Seq, true
 			return nil
 		case seq < first.Seq:
-			return fmt.Errorf("%w: %s is before the lake's first event (committed %s): nothing was captured yet", fault.ErrConfig,
+			return fmt.Errorf("%w: %s is before the lake's first event (committed %s): nothing was captured yet", fault.ErrQuery,
 				p.time.Format(time.RFC3339Nano), first.Commit.Format(time.RFC3339Nano))
 		}
 		a.Bound.Seq = seq
 	}
 	if a.Bound.Seq < first.Seq {
-		return fmt.Errorf("%w: %s (_cdc_seq %d) is before the lake's first event (%s, committed %s): nothing was captured yet", fault.ErrConfig,
+		return fmt.Errorf("%w: %s (_cdc_seq %d) is before the lake's first event (%s, committed %s): nothing was captured yet", fault.ErrQuery,
 			a.Bound.Seq, uint64(a.Bound.Seq), first.Seq, first.Commit.Format(time.RFC3339Nano))
 	}
 	if a.Bound.Seq > last.Seq {
@@ -465,12 +465,19 @@ func knownRelation(cfg *config.Config, ls warehouse.LakeState, set contracts.Set
 	}
 	for _, t := range cfg.Source.Tables {
 		if strings.EqualFold(name, t.Name) || strings.EqualFold(name, "silver."+t.Name) {
-			return fmt.Errorf("%w: the lake holds no events yet of %s.%s (captured: its snapshot may be under way)", fault.ErrConfig, t.Schema, t.Name)
+			return fmt.Errorf("%w: the lake holds no events yet of %s.%s (captured: its snapshot may be under way)", fault.ErrQuery, t.Schema, t.Name)
 		}
 	}
 	slices.Sort(silver)
-	return fmt.Errorf("%w: --table %s is no table of the warehouse as of a position: it holds %s, and %s", fault.ErrConfig, name,
-		strings.Join(silver, ", "), strings.Join(others, ", "))
+	// A typo is matched against names written as it is: bare, or whole.
+	known := slices.Concat(silver, others)
+	if !strings.Contains(name, ".") {
+		for i, k := range known {
+			_, known[i], _ = strings.Cut(k, ".")
+		}
+	}
+	return fmt.Errorf("%w: --table %s is no table of the warehouse as of a position%s: it holds %s, and %s", fault.ErrQuery, name,
+		fault.DidYouMean(name, known), strings.Join(silver, ", "), strings.Join(others, ", "))
 }
 
 // lakeView opens a warehouse that reads the lake (in memory, or at

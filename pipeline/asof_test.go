@@ -327,9 +327,13 @@ func assertAsOfPositions(t *testing.T, ctx context.Context, h *harness, moments 
 		}
 		a.Close()
 	}
-	if _, err := BuildAsOf(ctx, h.cfg, AsOfOptions{Position: last.lsn.String(), Table: "nope"}, h.log); !errors.Is(err, fault.ErrConfig) ||
+	if _, err := BuildAsOf(ctx, h.cfg, AsOfOptions{Position: last.lsn.String(), Table: "nope"}, h.log); !errors.Is(err, fault.ErrQuery) ||
 		!strings.Contains(err.Error(), "--table nope is no table") || !strings.Contains(err.Error(), "gold.daily_revenue") {
-		t.Errorf("asof --table nope: %v, want a configuration error naming the tables", err)
+		t.Errorf("asof --table nope: %v, want a query error naming the tables", err)
+	}
+	if _, err := BuildAsOf(ctx, h.cfg, AsOfOptions{Position: last.lsn.String(), Table: "paymnts"}, h.log); !errors.Is(err, fault.ErrQuery) ||
+		!strings.Contains(err.Error(), "--table paymnts is no table of the warehouse as of a position (did you mean payments?)") {
+		t.Errorf("asof --table paymnts: %v, want a query error that suggests payments", err)
 	}
 	// After the last event: said, and the latest state.
 	if a := bound((last.lsn + 1<<30).String()); !a.After {
@@ -346,8 +350,8 @@ func assertAsOfPositions(t *testing.T, ctx context.Context, h *harness, moments 
 		"2024-13-45T99:00:00Z": "is not one lakeflow reads",
 	} {
 		_, err := BuildAsOf(ctx, h.cfg, AsOfOptions{Position: pos, Table: "payments"}, h.log)
-		if err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, fault.ErrConfig) {
-			t.Errorf("asof %s: %v, want a configuration error saying %q", pos, err, want)
+		if err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, fault.ErrQuery) {
+			t.Errorf("asof %s: %v, want a query error saying %q", pos, err, want)
 		}
 	}
 }
@@ -423,7 +427,7 @@ func TestParsePosition(t *testing.T) {
 		}
 	}
 	for _, in := range []string{"", "batch:0", "0/1G", "99999999999999999999999", "orders:x:1", "2024-02-30", "tomorrow"} {
-		if _, err := parsePosition(in); err == nil || !errors.Is(err, fault.ErrConfig) || !strings.Contains(err.Error(), "a recorded batch (batch:42") {
+		if _, err := parsePosition(in); err == nil || !errors.Is(err, fault.ErrQuery) || !strings.Contains(err.Error(), "a recorded batch (batch:42") {
 			t.Errorf("parsePosition(%q): %v, want an error listing the accepted forms", in, err)
 		}
 	}
@@ -440,8 +444,8 @@ func FuzzParsePosition(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		p, err := parsePosition(s)
 		if err != nil {
-			if !errors.Is(err, fault.ErrConfig) || !strings.Contains(err.Error(), PositionForms) {
-				t.Fatalf("parsePosition(%q): %v, want a configuration error listing the forms", s, err)
+			if !errors.Is(err, fault.ErrQuery) || !strings.Contains(err.Error(), PositionForms) {
+				t.Fatalf("parsePosition(%q): %v, want a query error listing the forms", s, err)
 			}
 			return
 		}

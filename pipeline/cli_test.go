@@ -174,7 +174,7 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 	}
 	cmd = lakeflowCmd(t, "--config", file, "asof", "last tuesday", "--table", "orders")
 	out, err = cmd.CombinedOutput()
-	if cmd.ProcessState.ExitCode() != 2 || strings.Count(string(out), "\n") != 1 || !strings.Contains(string(out), "an LSN (0/1A2B3C4)") {
+	if cmd.ProcessState.ExitCode() != 8 || strings.Count(string(out), "\n") != 1 || !strings.Contains(string(out), "an LSN (0/1A2B3C4)") {
 		t.Fatalf("lakeflow asof with a malformed position: exit %d, %v\n%s", cmd.ProcessState.ExitCode(), err, out)
 	}
 	// The demo wrote its contracts and catalog into the project, which

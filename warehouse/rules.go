@@ -76,8 +76,7 @@ func (w *Warehouse) checkRules(ctx context.Context, t *table) error {
 		if r.Check != "" {
 			q := fmt.Sprintf("DESCRIBE SELECT (%s) FROM (SELECT %s)", r.Check, strings.Join(cols, ", "))
 			if _, err := w.conn.ExecContext(ctx, q); err != nil {
-				msg, _, _ := strings.Cut(err.Error(), "\n")
-				problems = append(problems, fmt.Sprintf("rule %s: %s", r.Name, msg))
+				problems = append(problems, fmt.Sprintf("rule %s: %s", r.Name, fault.Plain(err)))
 			}
 			continue
 		}
