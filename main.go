@@ -90,7 +90,17 @@ func newApp() *cli.App {
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError:   usageError,
 		CommandNotFound: func(c *cli.Context, name string) {
-			fmt.Fprintf(os.Stderr, "lakeflow: unknown command %q (run %s --help)\n", name, commandPath(c))
+			var names []string
+			for _, cmd := range c.App.Commands {
+				names = append(names, cmd.Name)
+			}
+			if c.Command != nil {
+				names = nil
+				for _, cmd := range c.Command.Subcommands {
+					names = append(names, cmd.Name)
+				}
+			}
+			fmt.Fprintf(os.Stderr, "lakeflow: unknown command %q%s (run %s --help)\n", name, fault.DidYouMean(name, names), commandPath(c))
 			os.Exit(exitConfig)
 		},
 	}
@@ -210,6 +220,9 @@ func runCommand() *cli.Command {
 			cfg, log, err := setup(c)
 			if err != nil {
 				return err
+			}
+			if cfg.File == "" {
+				log.Info("no "+config.DefaultFile+" here: lakeflow runs on its built-in defaults (an embedded PostgreSQL and Kafka, everything under data_dir)", "data_dir", cfg.DataDir)
 			}
 			// Logging is best-effort, shutdown is not: a Ctrl-C that also
 			// ends the tee of `run 2>&1 | tee run.log` leaves the log a

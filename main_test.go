@@ -200,7 +200,7 @@ func TestRefreshOfNoMartStopsBeforeAnythingStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := newApp().Run([]string{"lakeflow", "--config", file, "run"})
-	if exitCode(err) != exitConfig || !strings.Contains(fmt.Sprint(err), "gold.refresh.daily_revenu: there is no mart daily_revenu") ||
+	if exitCode(err) != exitConfig || !strings.Contains(fmt.Sprint(err), "gold.refresh.daily_revenu: there is no mart daily_revenu (did you mean daily_revenue?)") ||
 		!strings.Contains(fmt.Sprint(err), "daily_revenue") {
 		t.Fatalf("run with gold.refresh of no mart: exit %d, %v", exitCode(err), err)
 	}

@@ -37,7 +37,7 @@ func TestRenderedEntriesLoadBack(t *testing.T) {
 
 func TestMalformedEntriesAreRefused(t *testing.T) {
 	for body, want := range map[string]string{
-		"name = \"silver.x\"\nkind = \"silver\"\nownr = \"a\"\n":              "x.toml:3: unknown key ownr",
+		"name = \"silver.x\"\nkind = \"silver\"\nownr = \"a\"\n":              "x.toml:3: unknown key ownr (did you mean owner?)",
 		"name = \"silver.x\"\nkind = \"table\"\n":                             "x.toml:2: kind \"table\"",
 		"name = \"silver.y\"\nkind = \"silver\"\n":                            "x.toml:1: name silver.y does not match the file name",
 		"name = \"silver.x\"\nkind = \"silver\"\nfreshness = \"soon\"\n":      "x.toml:3: freshness \"soon\"",

@@ -49,7 +49,7 @@ func TestMalformedContractsAreRefused(t *testing.T) {
 		"side effect":    {head + "[[rules]]\nname = \"r\"\ncheck = \"random() < v\"\n", "random() is not allowed"},
 		"aggregate":      {head + "[[rules]]\nname = \"r\"\ncheck = \"sum(v) > 0\"\n", "aggregate sum() is not allowed"},
 		"bad action":     {head + "[[rules]]\nname = \"r\"\ncheck = \"v > 0\"\naction = \"drop\"\n", "action \"drop\""},
-		"unknown key":    {head + "[[rules]]\nname = \"r\"\nchek = \"v > 0\"\n", "t.toml:11: unknown key rules.chek"},
+		"unknown key":    {head + "[[rules]]\nname = \"r\"\nchek = \"v > 0\"\n", "t.toml:11: unknown key rules.chek (did you mean rules.check?)"},
 		"wrong type":     {"table = \"public.t\"\nkey = \"id\"\n", "t.toml:2: key: a TOML string where a list of strings is wanted"},
 		"renamed twice":  {head + "[[columns]]\nname = \"w\"\ntype = \"integer\"\nrenamed_from = \"u\"\n[[columns]]\nname = \"x\"\ntype = \"integer\"\nrenamed_from = \"U\"\n", `t.toml:13: columns w and x are both renamed_from "U"`},
 		"missing target": {head + "[[rules]]\nname = \"r\"\nreferences = \"public.u\"\non = { id = \"id\" }\n", "references public.u, which has no contract"},

@@ -366,3 +366,28 @@ func TestDemoRefusesTablesItDidNotCreate(t *testing.T) {
 		t.Fatalf("the demo's own tables were refused: %v", err)
 	}
 }
+
+// TestRunSaysItUsesTheDefaults: lakeflow run where there is no
+// lakeflow.toml says so, and where its data go, before anything else
+// (here a source that cannot be reached ends it at once).
+func TestRunSaysItUsesTheDefaults(t *testing.T) {
+	dir := t.TempDir()
+	cmd := lakeflowCmd(t, "run")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "LAKEFLOW_SOURCE_DSN=postgres://lakeflow@127.0.0.1:1/none?connect_timeout=2", "LAKEFLOW_KAFKA_BROKERS=127.0.0.1:1")
+	out, _ := cmd.CombinedOutput()
+	first, _, _ := strings.Cut(string(out), "\n")
+	if !strings.Contains(first, "no lakeflow.toml here: lakeflow runs on its built-in defaults") || !strings.Contains(first, filepath.Join(dir, "data")) {
+		t.Fatalf("the first line does not say the defaults are in use, and where:\n%s", out)
+	}
+}
+
+// TestAMisspelledCommandGetsTheOneMeant: a typo in a command's name is
+// refused (exit 2) with the command it resembles.
+func TestAMisspelledCommandGetsTheOneMeant(t *testing.T) {
+	cmd := lakeflowCmd(t, "chek")
+	out, _ := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), `unknown command "chek" (did you mean check?)`) {
+		t.Fatalf("lakeflow chek: exit %d\n%s", cmd.ProcessState.ExitCode(), out)
+	}
+}

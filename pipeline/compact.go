@@ -80,7 +80,7 @@ func compactLive(ctx context.Context, cfg *config.Config, opts CompactOptions, l
 	if opts.Table != "" {
 		if _, ok := wh.Schemas()[opts.Table]; !ok {
 			names := slices.Sorted(maps.Keys(wh.Schemas()))
-			return st, fmt.Errorf("%w: --table %s: the warehouse holds no such table (it holds %s)", fault.ErrConfig, opts.Table, strings.Join(names, ", "))
+			return st, fmt.Errorf("%w: --table %s: the warehouse holds no such table%s (it holds %s)", fault.ErrConfig, opts.Table, fault.DidYouMean(opts.Table, names), strings.Join(names, ", "))
 		}
 	}
 	// The copy's marts as of its silver: partitions a run left waiting

@@ -39,7 +39,7 @@ func InitContracts(ctx context.Context, cfg *config.Config, table string, log *s
 		log.Info("tables that already have a contract, left alone", "count", len(kept), "tables", strings.Join(kept, ", "))
 	}
 	if table != "" && len(todo) == 0 && set[table] == nil {
-		return nil, fmt.Errorf("%w: --table %s is not in source.tables", fault.ErrConfig, table)
+		return nil, fmt.Errorf("%w: --table %s is not in source.tables%s", fault.ErrConfig, table, fault.DidYouMean(table, tableNames(cfg.Source.Tables)))
 	}
 	if len(todo) == 0 {
 		return nil, nil

@@ -38,7 +38,7 @@ func loadMarts(cfg *config.Config) ([]gold.Mart, error) {
 	}
 	for _, name := range slices.Sorted(maps.Keys(cfg.Gold.Refresh)) {
 		if !slices.Contains(names, name) {
-			problems = append(problems, fmt.Sprintf("gold.refresh.%s: there is no mart %s", name, name))
+			problems = append(problems, fmt.Sprintf("gold.refresh.%s: there is no mart %s%s", name, name, fault.DidYouMean(name, names)))
 		}
 	}
 	if len(problems) > 0 {

@@ -48,7 +48,7 @@ func RequestResync(cfg *config.Config, tables []string, all bool) (names []strin
 			return nil, false, fmt.Errorf("%w: %v", fault.ErrConfig, err)
 		}
 		if !slices.Contains(cfg.Source.Tables, t) {
-			return nil, false, fmt.Errorf("%w: table %s is not in source.tables (%s)", fault.ErrConfig, t, tableList(cfg.Source.Tables))
+			return nil, false, fmt.Errorf("%w: table %s is not in source.tables%s (%s)", fault.ErrConfig, t, fault.DidYouMean(t.String(), tableNames(cfg.Source.Tables)), strings.Join(tableNames(cfg.Source.Tables), ", "))
 		}
 		req.Tables = append(req.Tables, t.String())
 	}
@@ -70,12 +70,13 @@ func RequestResync(cfg *config.Config, tables []string, all bool) (names []strin
 	return req.Tables, dataDirLocked(cfg.DataDir), nil
 }
 
-func tableList(tables []config.Table) string {
+// tableNames are the names of tables as source.tables spells them.
+func tableNames(tables []config.Table) []string {
 	names := make([]string, len(tables))
 	for i, t := range tables {
 		names[i] = t.String()
 	}
-	return strings.Join(names, ", ")
+	return names
 }
 
 // resyncWatch hands the source the request files of data_dir/requests.

@@ -173,8 +173,8 @@ func Load(path string, environ []string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	switch {
 	case err == nil:
-		if err := decode(data, &f); err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", fault.ErrConfig, path, err)
+		if err := DecodeStrict(path, data, &f); err != nil {
+			return nil, fmt.Errorf("%w: %v", fault.ErrConfig, err)
 		}
 		abs, err := filepath.Abs(path)
 		if err != nil {

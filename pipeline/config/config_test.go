@@ -53,17 +53,18 @@ func TestRejectsWhatItCannotUse(t *testing.T) {
 		env  []string
 		want []string // every named key must be in the message
 	}{
-		{body: "[source]\nslots = \"x\"\n", want: []string{"unknown key source.slots"}},
-		{body: "colour = 1\n[kafka]\nbroker = []\n", want: []string{"colour", "kafka.broker"}},
-		{body: "[pipeline]\nbatch_events = \"many\"\n", want: []string{"line 2", "pipeline.batch_events: a TOML string where an integer is wanted"}},
-		{body: "[source]\ntables = \"public.orders\"\n", want: []string{"line 2", "source.tables: a TOML string where a list of strings is wanted"}},
+		{body: "[source]\nslots = \"x\"\n", want: []string{"lakeflow.toml:2: unknown key source.slots (did you mean source.slot?)"}},
+		{body: "colour = 1\n[kafka]\nbroker = []\n", want: []string{"lakeflow.toml:1: unknown key colour;", "lakeflow.toml:3: unknown key kafka.broker (did you mean kafka.brokers?)"}},
+		{body: "[pipline]\nbatch_events = 1\n", want: []string{"unknown key pipline", "(did you mean pipeline?)"}},
+		{body: "[pipeline]\nbatch_events = \"many\"\n", want: []string{"lakeflow.toml:2: pipeline.batch_events: a TOML string where an integer is wanted"}},
+		{body: "[source]\ntables = \"public.orders\"\n", want: []string{"lakeflow.toml:2: source.tables: a TOML string where a list of strings is wanted"}},
 		{body: "[pipeline]\nbatch_events = 0\nbatch_interval = \"soon\"\nbatch_bytes = \"lots\"\n",
 			want: []string{"pipeline.batch_events", "pipeline.batch_interval", "pipeline.batch_bytes"}},
 		{body: "[source]\ntables = []\nslot = \"Bad-Slot\"\n", want: []string{"source.tables", "source.slot"}},
 		{body: "[source]\ntables = [\"a.orders\", \"b.orders\"]\n", want: []string{"silver.orders"}},
 		{body: "[kafka]\npartitions = 0\nbrokers = [\"nohost\"]\n", want: []string{"kafka.partitions", "kafka.brokers"}},
 		{body: "[warehouse]\nthreads = -1\n", want: []string{"warehouse.threads"}},
-		{body: "", env: []string{"LAKEFLOW_SOURCE_DSNN=x"}, want: []string{"LAKEFLOW_SOURCE_DSNN names no config key"}},
+		{body: "", env: []string{"LAKEFLOW_SOURCE_DSNN=x"}, want: []string{"LAKEFLOW_SOURCE_DSNN names no config key (did you mean LAKEFLOW_SOURCE_DSN?)"}},
 		{body: "", env: []string{"LAKEFLOW_KAFKA_PARTITIONS=two"}, want: []string{"LAKEFLOW_KAFKA_PARTITIONS", "not an integer"}},
 		{body: "", env: []string{"LAKEFLOW_WAREHOUSE_PUBLISH_INTERVAL=1x"}, want: []string{"warehouse.publish_interval", "(set by LAKEFLOW_WAREHOUSE_PUBLISH_INTERVAL)"}},
 	} {

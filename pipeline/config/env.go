@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/lakeflow/lakeflow/pipeline/fault"
 )
 
 const envPrefix = "LAKEFLOW_"
@@ -26,7 +28,7 @@ func applyEnv(f *file, environ []string) (map[string]string, error) {
 		}
 		field, ok := fields[strings.TrimPrefix(name, envPrefix)]
 		if !ok {
-			problems = append(problems, fmt.Sprintf("%s names no config key", name))
+			problems = append(problems, fmt.Sprintf("%s names no config key%s", name, fault.DidYouMean(name, envNames(fields))))
 			continue
 		}
 		if err := setField(field.value, val); err != nil {
@@ -39,6 +41,16 @@ func applyEnv(f *file, environ []string) (map[string]string, error) {
 		return nil, fmt.Errorf("%s", strings.Join(problems, "; "))
 	}
 	return set, nil
+}
+
+// envNames are the variables that name a key.
+func envNames(fields map[string]envField) []string {
+	names := make([]string, 0, len(fields))
+	for k := range fields {
+		names = append(names, envPrefix+k)
+	}
+	sort.Strings(names) // (a tie goes to the same name every time)
+	return names
 }
 
 // envField is a settable field and its key (section.key).

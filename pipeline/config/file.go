@@ -132,25 +132,6 @@ func defaults() file {
 	}
 }
 
-func decode(data []byte, f *file) error {
-	d := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
-	err := d.Decode(f)
-	var strict *toml.StrictMissingError
-	if errors.As(err, &strict) {
-		keys := make([]string, 0, len(strict.Errors))
-		for _, e := range strict.Errors {
-			keys = append(keys, strings.Join(e.Key(), "."))
-		}
-		return fmt.Errorf("unknown key %s", strings.Join(keys, ", "))
-	}
-	var de *toml.DecodeError
-	if errors.As(err, &de) {
-		row, col := de.Position()
-		return fmt.Errorf("line %d column %d: %s", row, col, decodeProblem(de))
-	}
-	return err
-}
-
 // mismatchRe reads go-toml's message for a value of the wrong type, which
 // names the Go field ("struct field config.pipelineFile.BatchEvents of
 // type int") rather than the key.
@@ -373,19 +354,14 @@ func (f file) resolve(base string) (*Config, []string) {
 	return c, problems
 }
 
-// DecodeStrict decodes a TOML file of lakeflow's (a contract, a catalog
-// entry) into v, refusing unknown keys; every problem names the file and
-// line.
+// DecodeStrict decodes a TOML file of lakeflow's (lakeflow.toml, a
+// contract, a catalog entry) into v, refusing unknown keys; every problem
+// names the file and line.
 func DecodeStrict(path string, data []byte, v any) error {
 	err := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields().Decode(v)
 	var strict *toml.StrictMissingError
 	if errors.As(err, &strict) {
-		var msgs []string
-		for _, e := range strict.Errors {
-			row, _ := e.Position()
-			msgs = append(msgs, fmt.Sprintf("%s:%d: unknown key %s", path, row, strings.Join(e.Key(), ".")))
-		}
-		return errors.New(strings.Join(msgs, "; "))
+		return errors.New(unknownKeys(path, strict, v))
 	}
 	var de *toml.DecodeError
 	if errors.As(err, &de) {

@@ -148,7 +148,7 @@ func preflight(ctx context.Context, conn *pgx.Conn, tables []config.Table, recor
 			gone = append(gone, t)
 			continue
 		case errors.Is(err, pgx.ErrNoRows):
-			problems = append(problems, fmt.Sprintf("table %s does not exist in the source (check source.tables, or run `lakeflow run --demo` for the demo schema)", t))
+			problems = append(problems, fmt.Sprintf("table %s does not exist in the source%s (check source.tables, or run `lakeflow run --demo` for the demo schema)", t, tableMeant(ctx, conn, t)))
 			continue
 		case err != nil:
 			return nil, fmt.Errorf("%w: inspect table %s: %v", fault.ErrUnavailable, t, err)
@@ -248,4 +248,19 @@ func DatabaseName(dsn string) (string, error) {
 		return "", err
 	}
 	return cfg.Database, nil
+}
+
+// tableMeant suggests the source's table a typo in t's name explains
+// (" (did you mean …?)"), or "".
+func tableMeant(ctx context.Context, conn *pgx.Conn, t config.Table) string {
+	rows, err := conn.Query(ctx, `SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition AND n.nspname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1`)
+	if err != nil {
+		return ""
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return ""
+	}
+	return fault.DidYouMean(t.String(), names)
 }

@@ -172,18 +172,19 @@ func TestPreflightSaysWhatToRun(t *testing.T) {
 		"CREATE TABLE byindex (id int PRIMARY KEY, code int NOT NULL UNIQUE)", "ALTER TABLE byindex REPLICA IDENTITY USING INDEX byindex_code_key",
 		"CREATE TABLE plain (id int PRIMARY KEY)",
 		"DROP ROLE IF EXISTS reader", "CREATE ROLE reader LOGIN PASSWORD 'pw'")
-	err := drain(t, dsn, &memSink{}, "nokey", "partial", "byindex", "plain", "missing")
+	err := drain(t, dsn, &memSink{}, "nokey", "partial", "byindex", "plain", "missing", "plian")
 	for _, want := range []string{
 		"table public.nokey has no primary key",
 		"table public.partial has REPLICA IDENTITY NOTHING, so its updates and deletes do not say which row they change: run ALTER TABLE public.partial REPLICA IDENTITY DEFAULT;",
 		"table public.byindex has a REPLICA IDENTITY USING INDEX other than its primary key, which silver merges on: run ALTER TABLE public.byindex REPLICA IDENTITY DEFAULT;",
-		"table public.missing does not exist",
+		"table public.missing does not exist in the source (check source.tables",
+		"table public.plian does not exist in the source (did you mean public.plain?)",
 	} {
 		if !errors.Is(err, fault.ErrSource) || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not say %q", err, want)
 		}
 	}
-	if strings.Contains(fmt.Sprint(err), "plain") {
+	if strings.Contains(strings.ReplaceAll(fmt.Sprint(err), "did you mean public.plain", ""), "plain") {
 		t.Errorf("error %v names public.plain, whose identity (DEFAULT, as PostgreSQL creates it) is fine", err)
 	}
 	cfg, _ := pgx.ParseConfig(dsn)
