@@ -183,6 +183,37 @@ func TestCrashLoop(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		if kill == *crashKills/3 {
+			// Records that are not envelopes, on a table topic.
+			writeGarbage(t, h, "payments", [][]byte{[]byte("not json"), []byte(`{"op":"c"}`)})
+		}
+		if point := compactAt[kill]; point != "" {
+			before := time.Now().UTC().Add(24 * time.Hour).Format(time.DateOnly)
+			if point == crash.CheckpointBuilt {
+				// The days before today (none: the loop's changes are
+				// all today's): nothing merged, so the kills at the
+				// merge's points after it still find today's files.
+				before = time.Now().UTC().Format(time.DateOnly)
+			}
+			out, err := lakeflowCmdAt(t, bin, point, "--config", h.file, "compact", "--before", before).CombinedOutput()
+			if err != nil {
+				if !diedAt(err, out, point) {
+					t.Fatalf("lakeflow compact did not die at %s: %v\n%s", point, err, out)
+				}
+				hits[point]++
+				continue
+			}
+			// Nothing to merge yet (the lake's files so far are one per
+			// table-day, or none is settled): this kill's run goes on,
+			// and makes files for the next try, at the next kill that
+			// has nothing else of its own.
+			next := kill + 1
+			for compactAt[next] != "" || next == *crashKills/2 {
+				next++
+			}
+			compactAt[next] = point
+			t.Logf("kill %d: lakeflow compact found nothing to merge, again at kill %d:\n%s", kill, next, out)
+		}
 		var point string
 		switch {
 		case kill == 0:
@@ -193,33 +224,6 @@ func TestCrashLoop(t *testing.T) {
 				t.Fatalf("lakeflow backfill --all did not die at %s: %v\n%s", crash.Swap, err, out)
 			}
 			hits[crash.Swap]++
-			continue
-		case compactAt[kill] != "":
-			point := compactAt[kill]
-			before := time.Now().UTC().Add(24 * time.Hour).Format(time.DateOnly)
-			if point == crash.CheckpointBuilt {
-				// The days before today (none: the loop's changes are
-				// all today's): nothing merged, so the kills at the
-				// merge's points after it still find today's files.
-				before = time.Now().UTC().Format(time.DateOnly)
-			}
-			out, err := lakeflowCmdAt(t, bin, point, "--config", h.file, "compact", "--before", before).CombinedOutput()
-			if err == nil {
-				// Nothing to merge yet (the lake's files so far are one
-				// per table-day, or none is settled): again at the next
-				// kill that has no compaction of its own.
-				next := kill + 1
-				for compactAt[next] != "" {
-					next++
-				}
-				compactAt[next] = point
-				t.Logf("kill %d: lakeflow compact found nothing to merge, again at kill %d:\n%s", kill, next, out)
-				continue
-			}
-			if !diedAt(err, out, point) {
-				t.Fatalf("lakeflow compact did not die at %s: %v\n%s", point, err, out)
-			}
-			hits[point]++
 			continue
 		case kill%3 == 2:
 			random++ // a random moment
@@ -237,10 +241,6 @@ func TestCrashLoop(t *testing.T) {
 			unreached++
 		}
 		assertPublishedConsistent(t, h)
-		if kill == *crashKills/3 {
-			// Records that are not envelopes, on a table topic.
-			writeGarbage(t, h, "payments", [][]byte{[]byte("not json"), []byte(`{"op":"c"}`)})
-		}
 	}
 	if workload != nil {
 		if err := <-workload; err != nil {
