@@ -12,13 +12,22 @@ type Problem struct {
 	Dataset string
 	Message string
 	Fix     string
+	// Warning: the entry holds a Placeholder where a person's words go;
+	// the catalog still describes what exists.
+	Warning bool
 }
+
+// Placeholder is what lakeflow catalog init writes where only a person
+// can say (the owner, a description nothing derives): lakeflow check
+// warns of it, where an empty field is an error.
+const Placeholder = "TODO"
 
 // Compare checks the documented catalog against the derived one (what
 // exists, DeriveCatalog): a dataset without an entry, an entry naming a
 // dataset that does not exist, a documented schema that drifted, lineage
 // naming a dataset that is neither documented nor a source or topic that
-// exists, and an entry without an owner or a description.
+// exists, and an entry without an owner or a description (a warning if
+// it holds the Placeholder).
 func Compare(documented, derived Catalog) []Problem {
 	var out []Problem
 	add := func(check, dataset, fix, format string, args ...any) {
@@ -43,11 +52,14 @@ func Compare(documented, derived Catalog) []Problem {
 			add("catalog.dataset_missing", e.Name, "remove "+e.File+", or correct its name", "%s documents %s, which does not exist", e.File, e.Name)
 			continue
 		}
-		if e.Owner == "" {
-			add("catalog.owner_missing", e.Name, "set owner in "+e.File, "%s has no owner", e.Name)
-		}
-		if e.Description == "" {
-			add("catalog.description_missing", e.Name, "set description in "+e.File, "%s has no description", e.Name)
+		for _, f := range []struct{ key, value string }{{"owner", e.Owner}, {"description", e.Description}} {
+			switch f.value {
+			case "":
+				add("catalog."+f.key+"_missing", e.Name, "set "+f.key+" in "+e.File, "%s has no %s", e.Name, f.key)
+			case Placeholder:
+				add("catalog."+f.key+"_placeholder", e.Name, "set "+f.key+" in "+e.File, "%s's %s is still the placeholder %q", e.Name, f.key, Placeholder)
+				out[len(out)-1].Warning = true
+			}
 		}
 		if drift := columnDrift(e.Columns, real.Columns); drift != "" {
 			add("catalog.schema_drift", e.Name, "correct the [[columns]] of "+e.File+" (lakeflow catalog init writes the real ones into an empty catalog.dir)",

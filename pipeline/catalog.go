@@ -157,7 +157,8 @@ func columns(s warehouse.TableShape) []catalog.Column {
 func lakeDir(s warehouse.Schema) string { return change.SafeName(s.Table.Name) }
 
 // InitCatalog writes a catalog entry, derived (DeriveCatalog), for each
-// dataset that has none, and returns the files it wrote.
+// dataset that has none, and returns the files it wrote. An owner or
+// description nothing derives is catalog.Placeholder.
 func InitCatalog(ctx context.Context, cfg *config.Config, log *slog.Logger) ([]string, error) {
 	have, err := catalog.Load(cfg.Catalog.Dir)
 	if err != nil {
@@ -180,6 +181,14 @@ func InitCatalog(ctx context.Context, cfg *config.Config, log *slog.Logger) ([]s
 		if have.Find(d.Name) != nil {
 			kept = append(kept, d.Name)
 			continue
+		}
+		// What only a person can say is a placeholder lakeflow check
+		// warns of, so an entry just written passes.
+		if d.Owner == "" {
+			d.Owner = catalog.Placeholder
+		}
+		if d.Description == "" {
+			d.Description = catalog.Placeholder
 		}
 		path := filepath.Join(cfg.Catalog.Dir, catalog.FileName(d.Name))
 		if err := os.WriteFile(path, d.Render(), 0o644); err != nil {

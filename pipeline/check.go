@@ -255,8 +255,13 @@ func (r *CheckReport) checkCatalog(ctx context.Context, cfg *config.Config, log 
 	}
 	bad := map[string]bool{}
 	for _, p := range catalog.Compare(documented, derived) {
-		r.add(Finding{Part: PartCatalog, Check: p.Check, Severity: "error", Dataset: p.Dataset, Count: 1, Message: p.Message, Fix: p.Fix})
-		bad[p.Dataset] = true
+		severity := "error"
+		if p.Warning {
+			severity = "warning" // the entry still describes the dataset
+		} else {
+			bad[p.Dataset] = true
+		}
+		r.add(Finding{Part: PartCatalog, Check: p.Check, Severity: severity, Dataset: p.Dataset, Count: 1, Message: p.Message, Fix: p.Fix})
 	}
 	for _, d := range derived {
 		if !bad[d.Name] {
