@@ -164,7 +164,8 @@ Query it (also while %[1]s run --follow runs):
   %[1]s sql "SELECT status, count(*), sum(total_cents) FROM silver.orders WHERE NOT _deleted GROUP BY ALL ORDER BY 2 DESC"
 the lake directly:
   %[1]s sql "SELECT op, count(*) FROM read_parquet('%[4]s', union_by_name = true) GROUP BY op"
-or with any DuckDB client, such as the duckdb CLI:
+or with any DuckDB client of 1.5 or newer, such as the duckdb CLI (no duckdb
+here? curl https://install.duckdb.org | sh, or npm install @duckdb/node-api):
   duckdb -readonly %[2]s "SELECT * FROM gold.daily_revenue ORDER BY order_date DESC LIMIT 7"
 or the data as it was at any point of the log, and what is wrong with it:
   %[1]s asof --list
