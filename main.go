@@ -86,7 +86,7 @@ func newApp() *cli.App {
 		Usage:          "PostgreSQL WAL → Kafka → Parquet lake + DuckDB warehouse, in one process",
 		Version:        build.Version(),
 		Flags:          commonFlags(),
-		Commands:       []*cli.Command{runCommand(), contractsCommand(), backfillCommand(), asofCommand(), catalogCommand(), checkCommand(), sqlCommand(), statusCommand(), resyncCommand(), compactCommand()},
+		Commands:       []*cli.Command{runCommand(), contractsCommand(), backfillCommand(), asofCommand(), catalogCommand(), checkCommand(), sqlCommand(), statusCommand(), resyncCommand(), compactCommand(), psqlCommand()},
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError:   usageError,
 		CommandNotFound: func(c *cli.Context, name string) {
@@ -117,6 +117,9 @@ func flagsFirst(app *cli.App, args []string) []string {
 	at := 1
 	for at < len(args) {
 		a := args[at]
+		if a == "--" {
+			break // the arguments, whatever they look like
+		}
 		if strings.HasPrefix(a, "-") {
 			if valued(flags)[strings.TrimLeft(a, "-")] {
 				at++
@@ -271,6 +274,11 @@ func runCommand() *cli.Command {
 				}()
 			}
 			if err := pipeline.Run(ctx, cfg, opts, log); err != nil {
+				if errors.Is(err, fault.ErrSource) && cfg.Source.DSN == "" {
+					// The statement the message asks for needs a server,
+					// and the embedded one stopped with the run.
+					err = fmt.Errorf("%w (the embedded PostgreSQL runs only while lakeflow does: %s psql -- -c '<statement>' runs one)", err, invocation())
+				}
 				return err
 			}
 			if c.Bool("demo") && ctx.Err() == nil {

@@ -105,6 +105,7 @@ func TestFlagsAfterTheArgument(t *testing.T) {
 			{"lakeflow", "asof", "--format", "csv", "--where", "id > 3", "batch:3"}},
 		{{"lakeflow", "contracts", "init", "--table", "public.orders"}, {"lakeflow", "contracts", "init", "--table", "public.orders"}},
 		{{"lakeflow", "--log-level", "debug", "run", "--follow"}, {"lakeflow", "--log-level", "debug", "run", "--follow"}},
+		{{"lakeflow", "--config", "f", "psql", "--", "-c", "SELECT 1", "-X"}, {"lakeflow", "--config", "f", "psql", "--", "-c", "SELECT 1", "-X"}},
 	} {
 		if got := flagsFirst(newApp(), tc[0]); !slices.Equal(got, tc[1]) {
 			t.Errorf("flagsFirst(%q) = %q, want %q", tc[0], got, tc[1])

@@ -149,25 +149,11 @@ func (r *CheckReport) checkParked(ctx context.Context, cfg *config.Config) {
 // accepts them. The embedded PostgreSQL is started if no pipeline runs,
 // and read where it runs if one does.
 func (r *CheckReport) checkSource(ctx context.Context, cfg *config.Config, set contracts.Set, view *AsOf, log *slog.Logger) error {
-	dsn := cfg.Source.DSN
-	if dsn == "" {
-		unlock, err := lockDataDir(cfg.DataDir)
-		if err == nil {
-			defer unlock()
-			env, err := startEnvironment(ctx, cfg, false, log)
-			defer env.stop(log)
-			if err != nil {
-				return err
-			}
-			dsn = env.dsn
-		} else {
-			// lakeflow run holds the data directory: its cluster runs.
-			e := cfg.Source.Embedded
-			if dsn, err = postgres.RunningDSN(e.Dir, e.Port, e.Database); err != nil {
-				return err
-			}
-		}
+	dsn, release, err := reachSource(ctx, cfg, log)
+	if err != nil {
+		return err
 	}
+	defer release()
 	drafts, gone, err := postgres.Describe(ctx, dsn, cfg.Source.Tables)
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -407,5 +408,51 @@ func TestAMisspelledCommandGetsTheOneMeant(t *testing.T) {
 	out, _ := cmd.CombinedOutput()
 	if cmd.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), `unknown command "chek" (did you mean check?)`) {
 		t.Fatalf("lakeflow chek: exit %d\n%s", cmd.ProcessState.ExitCode(), out)
+	}
+}
+
+// TestPsqlBetweenRuns: lakeflow psql reaches the embedded PostgreSQL when
+// no run does (starting it for the session and stopping it after), so a
+// user can follow a stop that asks for a statement, as here a table
+// without a primary key; psql's failure is the query's (exit 8).
+func TestPsqlBetweenRuns(t *testing.T) {
+	dir := pgtest.ReachableDir(t, "lakeflow-psql-")
+	pgPort, _ := pgtest.FreePort()
+	kafkaPort, _ := pgtest.FreePort()
+	file := filepath.Join(dir, "lakeflow.toml")
+	toml := fmt.Sprintf("[source]\nport = %d\ntables = [\"public.notes\"]\n[kafka]\nlisten = \"127.0.0.1:%d\"\n", pgPort, kafkaPort)
+	if err := os.WriteFile(file, []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	psql := func(args ...string) ([]byte, error) {
+		return withStderr(lakeflowCmd(t, append([]string{"--config", file, "psql", "--"}, args...)...).Output())
+	}
+	if out, err := psql("-c", "CREATE TABLE notes (id int NOT NULL, note text)", "-c", "INSERT INTO notes VALUES (1, 'a'), (2, 'b')"); err != nil {
+		t.Fatalf("lakeflow psql -- -c …: %v\n%s", err, out)
+	}
+	if conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", pgPort), time.Second); err == nil {
+		conn.Close()
+		t.Fatal("the embedded PostgreSQL still runs after the psql session")
+	}
+	cmd := lakeflowCmd(t, "--config", file, "run")
+	out, _ := cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != 3 || !strings.Contains(string(out), "table public.notes has no primary key") ||
+		!strings.Contains(string(out), "psql -- -c '<statement>' runs one") {
+		t.Fatalf("lakeflow run on a table without a key: exit %d\n%s", cmd.ProcessState.ExitCode(), out)
+	}
+	if out, err := psql("-c", "ALTER TABLE notes ADD PRIMARY KEY (id)"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if out, err := withStderr(lakeflowCmd(t, "--config", file, "run").Output()); err != nil {
+		t.Fatalf("lakeflow run after the statement: %v\n%s", err, out)
+	}
+	out, err := withStderr(lakeflowCmd(t, "--config", file, "sql", "--format", "csv", "SELECT count(*) FROM silver.notes").Output())
+	if err != nil || string(out) != "count_star()\n2\n" {
+		t.Fatalf("silver.notes after the run: %v %q", err, out)
+	}
+	cmd = lakeflowCmd(t, "--config", file, "psql", "--", "-c", "SELEC 1")
+	out, _ = cmd.CombinedOutput()
+	if cmd.ProcessState.ExitCode() != 8 || !strings.Contains(string(out), `syntax error at or near "SELEC"`) {
+		t.Fatalf("lakeflow psql with a bad statement: exit %d\n%s", cmd.ProcessState.ExitCode(), out)
 	}
 }
