@@ -147,7 +147,7 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 	if err := os.WriteFile(file, []byte(toml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := lakeflowCmd(t, "--config", file, "run", "--demo", "--demo-events", "3000")
+	cmd := lakeflowCmd(t, "--config", file, "run", "--demo", "--demo-events", "6000")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("lakeflow run --demo: %v\n%s", err, out)
@@ -162,11 +162,12 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Time travel from the lake: the recorded positions, one by name, and
-	// flags after the position.
+	// Time travel from the lake: the recorded positions (the demo applies
+	// its changes as they are made, in batches to travel between), one by
+	// name, and flags after the position.
 	out, err = lakeflowCmd(t, "--config", file, "asof", "--list", "--format", "csv").CombinedOutput()
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if err != nil || len(lines) < 2 || lines[0] != "position,lsn,_cdc_seq,commit_ts" || !strings.HasPrefix(lines[1], "batch:") {
+	if err != nil || len(lines) < 4 || lines[0] != "position,lsn,_cdc_seq,commit_ts" || !strings.HasPrefix(lines[1], "batch:") {
 		t.Fatalf("lakeflow asof --list: %v\n%s", err, out)
 	}
 	name, _, _ := strings.Cut(lines[1], ",")

@@ -43,13 +43,16 @@ var trimInterval = 30 * time.Second
 // after it, and the last, at its watermark, is the consistent one. No
 // batch is made without a mark.
 type consumer struct {
-	cfg        config.Pipeline
-	kcfg       kafka.Config
-	slot       string
-	kafka      *kafka.Consumer
-	wh         *warehouse.Warehouse
-	log        *slog.Logger
-	follow     bool
+	cfg    config.Pipeline
+	kcfg   kafka.Config
+	slot   string
+	kafka  *kafka.Consumer
+	wh     *warehouse.Warehouse
+	log    *slog.Logger
+	follow bool
+	// live: changes are made while the run reads them (--follow, or the
+	// demo's workload), so batches close by age, not only when full.
+	live       bool
 	sourceDone <-chan struct{}
 
 	// committed and seen are, per topic, where the consumer stands after
@@ -348,10 +351,12 @@ func (c *consumer) age() time.Duration { return time.Since(c.oldest) }
 // (delivered): the source is draining a known backlog and batches fill
 // in moments, while closing them by age makes small ones, each paying a
 // batch's fixed statements while the source and the walsender hold the
-// cores; freshness is not what such a run is for (--follow keeps the age
-// rule throughout).
+// cores; freshness is not what such a run is for (a live one keeps the
+// age rule throughout: --follow, or the demo, whose workload makes the
+// changes as it reads them, and whose batches are the positions asof
+// travels between).
 func (c *consumer) waited(delivered bool) bool {
-	return (c.follow || delivered) && !c.kafka.Behind() && c.age() >= c.cfg.BatchInterval
+	return (c.live || delivered) && !c.kafka.Behind() && c.age() >= c.cfg.BatchInterval
 }
 
 // arrival is when a record reached Kafka (its timestamp), or now if the
