@@ -457,3 +457,52 @@ func TestPsqlBetweenRuns(t *testing.T) {
 		t.Fatalf("lakeflow psql with a bad statement: exit %d\n%s", cmd.ProcessState.ExitCode(), out)
 	}
 }
+
+// TestInitMakesAProjectOfItsOwn: lakeflow init writes a project from the
+// binary alone (lakeflow.toml, contracts/, catalog/, sql/gold/), keeps a
+// file that is there, and the demo runs in it on the project's own files
+// (the marts from its sql/gold, not the binary's).
+func TestInitMakesAProjectOfItsOwn(t *testing.T) {
+	dir := filepath.Join(pgtest.ReachableDir(t, "lakeflow-init-"), "shop")
+	if err := os.MkdirAll(filepath.Join(dir, "contracts"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mine := []byte("table = \"public.orders\"\nkey = [\"id\"]\n")
+	if err := os.WriteFile(filepath.Join(dir, "contracts", "orders.toml"), mine, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := withStderr(lakeflowCmd(t, "init", dir).Output())
+	if err != nil || !strings.Contains(string(out), "wrote 37 files into "+dir+": catalog/ (29), contracts/ (4), lakeflow.toml, sql/gold/ (3)") ||
+		!strings.Contains(string(out), "kept 1 that were there: contracts/ (1)") {
+		t.Fatalf("lakeflow init: %v\n%s", err, out)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "contracts", "orders.toml")); !bytes.Equal(got, mine) {
+		t.Fatalf("lakeflow init replaced a contract that was there:\n%s", got)
+	}
+	if out, err := withStderr(lakeflowCmd(t, "init", dir).Output()); err != nil || !strings.Contains(string(out), "nothing written") {
+		t.Fatalf("lakeflow init again: %v\n%s", err, out)
+	}
+	// The demo, in the project (with the demo's contract of orders back),
+	// on ports of the test's.
+	if err := os.Remove(filepath.Join(dir, "contracts", "orders.toml")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := withStderr(lakeflowCmd(t, "init", dir).Output()); err != nil {
+		t.Fatal(err)
+	}
+	pgPort, _ := pgtest.FreePort()
+	kafkaPort, _ := pgtest.FreePort()
+	env := append(os.Environ(), fmt.Sprintf("LAKEFLOW_SOURCE_PORT=%d", pgPort), fmt.Sprintf("LAKEFLOW_KAFKA_LISTEN=127.0.0.1:%d", kafkaPort))
+	cmd := lakeflowCmd(t, "run", "--demo", "--demo-events", "2000")
+	cmd.Dir, cmd.Env = dir, env
+	out, err = cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `file=`+filepath.Join(dir, "sql", "gold", "daily_revenue.sql")) ||
+		strings.Contains(string(out), "wrote the demo's") {
+		t.Fatalf("lakeflow run --demo in the project: %v\n%s", err, out)
+	}
+	cmd = lakeflowCmd(t, "sql", "--format", "csv", "SELECT count(*) > 0 FROM gold.daily_revenue")
+	cmd.Dir = dir
+	if out, err := withStderr(cmd.Output()); err != nil || !strings.HasSuffix(string(out), "true\n") {
+		t.Fatalf("gold.daily_revenue in the project's warehouse: %v\n%s", err, out)
+	}
+}
