@@ -23,8 +23,8 @@ import (
 // TestPublishedWarehouseWhileRunning: while lakeflow run --follow
 // ingests a steady workload, other processes open warehouse.path
 // read-only — this one holds it open throughout (DuckDB's Go client
-// directly), another (lakeflow sql) opens it again and again — without a
-// lock error, each sees one committed batch whole (every order's total
+// directly), another (lakeflow sql) opens it again and again, and so
+// does Node.js's DuckDB client — without a lock error, each sees one committed batch whole (every order's total
 // is its lines', every day of gold.daily_revenue silver's), and newer
 // ones as they are published, while the pipeline keeps applying.
 func TestPublishedWarehouseWhileRunning(t *testing.T) {
@@ -102,6 +102,11 @@ func TestPublishedWarehouseWhileRunning(t *testing.T) {
 	}
 	if busiest == 0 {
 		t.Error("lakeflow status saw the slot at the WAL's end all through a steady workload")
+	}
+	// Node.js's DuckDB client, which the README names for a machine
+	// without duckdb, reads a copy as whole.
+	if got, want := nodeQuery(t, h.cfg.Warehouse.Path, "SELECT ("+torn+")::INT, (SELECT batch FROM lakeflow.published) >= "+strconv.Itoa(heldBatch)), "[[0,true]]"; got != want {
+		t.Errorf("node's DuckDB client read %s (torn orders, a copy at least as new as the held one), want %s", got, want)
 	}
 	assertMetrics(t, metricsURL)
 	if now := metric(t, metricsURL, "lakeflow_events_applied_total"); now <= applied {
