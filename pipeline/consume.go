@@ -50,9 +50,10 @@ type consumer struct {
 	wh     *warehouse.Warehouse
 	log    *slog.Logger
 	follow bool
-	// live: changes are made while the run reads them (--follow, or the
-	// demo's workload), so batches close by age, not only when full.
-	live       bool
+	// workload: a workload makes changes while the run reads them (the
+	// demo's), so batches close by age, as under follow, not only when
+	// full.
+	workload   bool
 	sourceDone <-chan struct{}
 
 	// committed and seen are, per topic, where the consumer stands after
@@ -298,8 +299,11 @@ func (c *consumer) loop(ctx context.Context) error {
 			c.pending = append(c.pending, rec)
 			c.bytes += int64(len(r.Value))
 		}
-		if c.metrics != nil && len(recs) > 0 {
+		if c.metrics != nil {
 			c.metrics.pending.Set(float64(len(c.pending)))
+			for topic, n := range c.kafka.Lag() {
+				c.metrics.lag.WithLabelValues(topic).Set(float64(n))
+			}
 		}
 		if unknown {
 			// A watermark names a table whose schema arrived after the
@@ -356,7 +360,7 @@ func (c *consumer) age() time.Duration { return time.Since(c.oldest) }
 // changes as it reads them, and whose batches are the positions asof
 // travels between).
 func (c *consumer) waited(delivered bool) bool {
-	return (c.live || delivered) && !c.kafka.Behind() && c.age() >= c.cfg.BatchInterval
+	return (c.follow || c.workload || delivered) && !c.kafka.Behind() && c.age() >= c.cfg.BatchInterval
 }
 
 // arrival is when a record reached Kafka (its timestamp), or now if the
@@ -1099,6 +1103,9 @@ func (c *consumer) takeContracts(ctx context.Context) error {
 		err := c.wh.SetContracts(statement(ctx), set)
 		if err == nil {
 			c.contracts = set
+			if c.metrics != nil {
+				c.metrics.contracts(set)
+			}
 			return nil
 		}
 		// A rule the edit wrote that silver cannot run: said, and the

@@ -145,7 +145,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	}
 	sourceDone := make(chan struct{})
 	c := &consumer{cfg: cfg.Pipeline, keep: cfg.Bookkeeping, lake: cfg.Lake, contracts: set, kcfg: kcfg, slot: cfg.Source.Slot, kafka: cons, wh: wh, log: log,
-		follow: opts.Follow, live: opts.Follow || opts.Workload != nil, compactAt: time.Now().Add(cfg.Lake.CompactInterval), sourceDone: sourceDone, stateCopy: fallback.Clone(), seq: wh.Floor(), splitting: wh.OpenTransaction(), strays: sg.strays}
+		follow: opts.Follow, workload: opts.Workload != nil, compactAt: time.Now().Add(cfg.Lake.CompactInterval), sourceDone: sourceDone, stateCopy: fallback.Clone(), seq: wh.Floor(), splitting: wh.OpenTransaction(), strays: sg.strays}
 	if opts.Follow && cfg.Check.Interval > 0 {
 		c.checks = scheduleChecks(ctx, cfg, log)
 	}
@@ -177,7 +177,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		Resyncs: requests, ContractEdits: edits,
 	}, log)
 	if c.metrics != nil {
-		c.metrics.reg.MustRegister(parkedCollector(src.Parked))
+		c.metrics.reg.MustRegister(parkedCollector(src.Parked, tableNames(cfg.Source.Tables)))
+		c.metrics.source(&src.Stats)
+		c.metrics.contracts(set)
 	}
 
 	started := time.Now()
