@@ -5,26 +5,34 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/lakeflow/lakeflow/contracts"
 	"github.com/lakeflow/lakeflow/pipeline/change"
 	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/pipeline/postgres"
 	"github.com/lakeflow/lakeflow/warehouse"
 )
 
 // metrics are what lakeflow run exposes to Prometheus (Options.MetricsAddr):
 // names with the lakeflow_ prefix, base units, _total counters.
 type metrics struct {
-	reg                                        *prometheus.Registry
-	events, batches, files, quarantined, dead  prometheus.Counter
-	batchSeconds, freshness                    prometheus.Histogram
-	lastBatch, consistentSeq, pending, publish prometheus.Gauge
+	reg                                             *prometheus.Registry
+	events, batches, files, quarantined, dead       prometheus.Counter
+	batchSeconds, freshness                         prometheus.Histogram
+	lastBatch, consistentSeq, pending, publish, sla prometheus.Gauge
+	lag                                             *prometheus.GaugeVec
+	// published is when warehouse.path was last published (Unix ns; 0:
+	// not by this run), set by the publisher's goroutine.
+	published atomic.Int64
 }
 
 func newMetrics(wh *warehouse.Warehouse) *metrics {
@@ -63,6 +71,15 @@ func newMetrics(wh *warehouse.Warehouse) *metrics {
 	m.consistentSeq = gauge("consistent_cdc_seq", "The source position (_cdc_seq) of the last consistent batch.")
 	m.pending = gauge("pending_events", "Events consumed from Kafka and not yet applied.")
 	m.publish = gauge("published_timestamp_seconds", "When warehouse.path was last published (Unix time).")
+	m.sla = gauge("freshness_sla_seconds", "The tightest freshness a contract asks of its table (0: none asks).")
+	m.lag = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lakeflow_kafka_consumer_lag_records", Help: "Records Kafka holds past where the consumer stands, per topic."}, []string{"topic"})
+	m.reg.MustRegister(m.lag, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lakeflow_published_copy_age_seconds",
+		Help: "Seconds since warehouse.path was last published (what readers see is that much older than the warehouse)."}, func() float64 {
+		if at := m.published.Load(); at != 0 {
+			return time.Since(time.Unix(0, at)).Seconds()
+		}
+		return math.NaN()
+	}))
 	// Where the warehouse stands from the start, not from the first batch
 	// of this run.
 	m.consistentSeq.Set(float64(wh.Floor()))
@@ -84,6 +101,36 @@ func (m *metrics) batch(st warehouse.BatchStats, wm *change.Watermark, took time
 			m.freshness.Observe(at.Sub(time.UnixMicro(wm.Commit)).Seconds())
 		}
 	}
+}
+
+// copied records a copy published now.
+func (m *metrics) copied() {
+	m.publish.SetToCurrentTime()
+	m.published.Store(time.Now().UnixNano())
+}
+
+// contracts records what the contracts ask: the tightest freshness.
+func (m *metrics) contracts(set contracts.Set) {
+	var tightest time.Duration
+	for _, c := range set {
+		if c.Freshness > 0 && (tightest == 0 || c.Freshness < tightest) {
+			tightest = c.Freshness
+		}
+	}
+	m.sla.Set(tightest.Seconds())
+}
+
+// source reports, at each scrape, the WAL the replication slot holds:
+// from the position last confirmed to the server's end.
+func (m *metrics) source(st *postgres.Stats) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lakeflow_slot_lag_bytes",
+		Help: "WAL bytes the replication slot holds: the server's end past the position lakeflow last confirmed."}, func() float64 {
+		wal, confirmed := st.ServerWAL.Load(), st.Confirmed.Load()
+		if confirmed == 0 || wal < confirmed {
+			return 0
+		}
+		return float64(wal - confirmed)
+	}))
 }
 
 // duckdbMemory reports DuckDB's memory at each scrape.
@@ -144,17 +191,20 @@ func (m *metrics) serve(ctx context.Context, ln net.Listener, log *slog.Logger) 
 	log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 }
 
-// parkedCollector reports, at each scrape, the tables parked for a change
-// of their shape (lakeflow_table_parked 1 per table, since when in
-// lakeflow_table_parked_since_timestamp_seconds).
-func parkedCollector(list func() []change.ParkedTable) prometheus.Collector {
-	return parked{list: list,
-		parked: prometheus.NewDesc("lakeflow_table_parked", "A table whose change of shape waits for a contract edit or a resync (1); its changes wait in the WAL.", []string{"table"}, nil),
+// parkedCollector reports, at each scrape, whether each captured table
+// (tables) is parked for a change of its shape (lakeflow_table_parked 1,
+// else 0: the series exists before a table is parked, for alerts and
+// dashboards to name) and since when a parked one is
+// (lakeflow_table_parked_since_timestamp_seconds).
+func parkedCollector(list func() []change.ParkedTable, tables []string) prometheus.Collector {
+	return parked{list: list, tables: tables,
+		parked: prometheus.NewDesc("lakeflow_table_parked", "Whether a table's change of shape waits for a contract edit or a resync (1; its changes wait in the WAL) or not (0).", []string{"table"}, nil),
 		since:  prometheus.NewDesc("lakeflow_table_parked_since_timestamp_seconds", "When the table was parked (Unix time).", []string{"table"}, nil)}
 }
 
 type parked struct {
 	list          func() []change.ParkedTable
+	tables        []string
 	parked, since *prometheus.Desc
 }
 
@@ -164,8 +214,15 @@ func (p parked) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (p parked) Collect(ch chan<- prometheus.Metric) {
+	held := map[string]bool{}
 	for _, t := range p.list() {
+		held[t.Table] = true
 		ch <- prometheus.MustNewConstMetric(p.parked, prometheus.GaugeValue, 1, t.Table)
 		ch <- prometheus.MustNewConstMetric(p.since, prometheus.GaugeValue, float64(t.Since)/1e6, t.Table)
+	}
+	for _, t := range p.tables {
+		if !held[t] {
+			ch <- prometheus.MustNewConstMetric(p.parked, prometheus.GaugeValue, 0, t)
+		}
 	}
 }

@@ -241,7 +241,7 @@ func (p *publisher) scheduled(took, held time.Duration, batch int64, cloned bool
 	p.next = time.Now().Add(max(p.interval, wait))
 	p.nextBehind = time.Now().Add(max(backlogCopies*p.interval, wait))
 	if p.metrics != nil {
-		p.metrics.publish.SetToCurrentTime()
+		p.metrics.copied()
 	}
 	p.log.Debug("warehouse published", "path", p.path, "took", took.Round(time.Millisecond), "held", held.Round(time.Millisecond), "batch", batch, "cloned", cloned)
 }

@@ -109,6 +109,7 @@ func TestPublishedWarehouseWhileRunning(t *testing.T) {
 		t.Errorf("node's DuckDB client read %s (torn orders, a copy at least as new as the held one), want %s", got, want)
 	}
 	assertMetrics(t, metricsURL)
+	assertDashboardMetricsExist(t, metricsURL)
 	if now := metric(t, metricsURL, "lakeflow_events_applied_total"); now <= applied {
 		t.Errorf("the pipeline applied nothing while the copy was held (%v events before, %v after)", applied, now)
 	}
@@ -182,7 +183,7 @@ func assertMetrics(t *testing.T, url string) {
 	t.Helper()
 	for _, name := range []string{"lakeflow_events_applied_total", "lakeflow_batches_total", "lakeflow_batch_duration_seconds",
 		"lakeflow_freshness_seconds", "lakeflow_published_timestamp_seconds", "lakeflow_consistent_cdc_seq",
-		"lakeflow_duckdb_memory_bytes", "go_memstats_heap_inuse_bytes", "process_resident_memory_bytes"} {
+		"lakeflow_duckdb_memory_bytes", "go_memstats_heap_inuse_bytes", "process_resident_memory_bytes", "lakeflow_published_copy_age_seconds"} {
 		if v := metric(t, url, name); v <= 0 {
 			t.Errorf("%s is %v while batches commit", name, v)
 		}

@@ -281,6 +281,18 @@ func (c *Consumer) Behind() bool {
 	return false
 }
 
+// Lag returns, per topic, the records Kafka holds past where the consumer
+// stands (as of the last poll's high watermarks).
+func (c *Consumer) Lag() map[string]int64 {
+	out := make(map[string]int64, len(c.next))
+	for tp, high := range c.high {
+		if next, ok := c.next[tp.Topic][tp.Partition]; ok {
+			out[tp.Topic] += max(high-next, 0)
+		}
+	}
+	return out
+}
+
 // EndOffsets returns the end offset of every partition of topics.
 func (c *Consumer) EndOffsets(ctx context.Context, topics []string) (map[string]map[int32]int64, error) {
 	out := map[string]map[int32]int64{}

@@ -99,6 +99,9 @@ type Stats struct {
 	Events    atomic.Int64 // row events handed to the sink
 	Received  atomic.Uint64
 	ServerWAL atomic.Uint64 // the server's WAL end, from the stream
+	// Confirmed is the position last confirmed to the server: the slot
+	// holds the WAL from there to ServerWAL.
+	Confirmed atomic.Uint64
 	// Buffered is the WAL bytes received and not yet handed over;
 	// BufferedPeak its highest value.
 	Buffered, BufferedPeak atomic.Int64

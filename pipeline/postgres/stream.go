@@ -151,7 +151,11 @@ func (s *Source) streamOnce(ctx context.Context, sink Sink, store StateStore, st
 		defer statusMu.Unlock()
 		lsn := max(pglogrepl.LSN(s.confirmable(sink)), confirmed)
 		crash.Point(crash.SourceAcked)
-		return sendStandbyStatus(repl, lsn)
+		if err := sendStandbyStatus(repl, lsn); err != nil {
+			return err
+		}
+		s.Stats.Confirmed.Store(uint64(lsn))
+		return nil
 	}
 	go func() {
 		defer wg.Done()
