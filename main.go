@@ -86,7 +86,7 @@ func newApp() *cli.App {
 		Usage:          "PostgreSQL WAL → Kafka → Parquet lake + DuckDB warehouse, in one process",
 		Version:        build.Version(),
 		Flags:          commonFlags(),
-		Commands:       []*cli.Command{runCommand(), contractsCommand(), backfillCommand(), asofCommand(), catalogCommand(), checkCommand(), sqlCommand(), statusCommand(), resyncCommand(), compactCommand(), psqlCommand(), initCommand()},
+		Commands:       []*cli.Command{runCommand(), contractsCommand(), backfillCommand(), asofCommand(), catalogCommand(), checkCommand(), sqlCommand(), statusCommand(), resyncCommand(), compactCommand(), psqlCommand(), initCommand(), reportCommand()},
 		ExitErrHandler: func(*cli.Context, error) {},
 		OnUsageError:   usageError,
 		CommandNotFound: func(c *cli.Context, name string) {

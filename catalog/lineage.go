@@ -114,3 +114,19 @@ func (c Catalog) DOT() string {
 	b.WriteString("}\n")
 	return b.String()
 }
+
+// A Step is one lineage step: From is derived into To.
+type Step struct{ From, To string }
+
+// Lineage returns what the lineage draws: every node with its kind
+// (a dataset's, or source / topic), and the steps between them, sorted.
+func (c Catalog) Lineage() (kinds map[string]string, steps []Step) {
+	kinds = map[string]string{}
+	for _, n := range c.nodes() {
+		kinds[n] = c.kindOf(n)
+	}
+	for _, e := range c.edges() {
+		steps = append(steps, Step{e.from, e.to})
+	}
+	return kinds, steps
+}
