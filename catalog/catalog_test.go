@@ -54,7 +54,7 @@ func TestMalformedEntriesAreRefused(t *testing.T) {
 
 // TestTheDemoCatalogAndItsLineage: the catalog shipped for the demo
 // loads, every entry has an owner and a description, its lineage names
-// every dataset, and the README shows that very graph.
+// every dataset, and docs/check-and-catalog.md shows that very graph.
 func TestTheDemoCatalogAndItsLineage(t *testing.T) {
 	cat, err := Load(".")
 	if err != nil {
@@ -72,12 +72,12 @@ func TestTheDemoCatalogAndItsLineage(t *testing.T) {
 			t.Errorf("the lineage does not name %s", d.Name)
 		}
 	}
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/check-and-catalog.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	block := regexp.MustCompile("(?s)```mermaid\n(.*?)```").FindSubmatch(readme)
 	if block == nil || string(block[1]) != graph {
-		t.Error("README's lineage graph is not lakeflow catalog --lineage of the demo catalog: paste it again")
+		t.Error("docs/check-and-catalog.md's lineage graph is not lakeflow catalog --lineage of the demo catalog: paste it again")
 	}
 }

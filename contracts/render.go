@@ -55,7 +55,7 @@ func Render(d Draft) []byte {
 	fmt.Fprintf(&b, "# The data contract of %s, written by lakeflow contracts init from the\n", d.Table)
 	fmt.Fprintf(&b, "# live source. Fill in owner, consumers, description and freshness; add\n")
 	fmt.Fprintf(&b, "# [[rules]] (name, check = \"<SQL condition over one row>\", action =\n")
-	fmt.Fprintf(&b, "# \"quarantine\" | \"warn\" | \"fail\"); see README \"Contracts\".\n")
+	fmt.Fprintf(&b, "# \"quarantine\" | \"warn\" | \"fail\"); see docs/contracts.md.\n")
 	fmt.Fprintf(&b, "table = %s\n", q(d.Table.String()))
 	fmt.Fprintf(&b, "owner = \"\"\nconsumers = []\ndescription = \"\"\n# freshness = \"15m\"\n")
 	fmt.Fprintf(&b, "compatibility = \"backward\"\nhistory = false\n")

@@ -13,7 +13,7 @@ import (
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )
 
-// Promises the README makes that no other test holds it to.
+// Promises the manual (README, docs/) makes that no other test holds it to.
 
 // writeContract writes the contract of public.t: its columns (name,
 // type pairs) and extra lines.

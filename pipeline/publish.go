@@ -227,7 +227,7 @@ func (p *publisher) publish(ctx context.Context, c *warehouse.Copy) error {
 	}
 	if !c.Cloned && c.Bytes > adviseAbove && !p.advised {
 		p.advised = true
-		p.log.Warn("each copy of the warehouse writes all of it: the file system under warehouse.live_path cannot clone files; on XFS or btrfs a copy costs what changed since the last (see Publishing in the README)",
+		p.log.Warn("each copy of the warehouse writes all of it: the file system under warehouse.live_path cannot clone files; on XFS or btrfs a copy costs what changed since the last (see docs/tables.md: a large warehouse belongs on a file system that clones files)",
 			"bytes", c.Bytes, "held", c.Held.Round(time.Millisecond))
 	}
 	p.scheduled(c.Took, c.Held, c.Batch, c.Cloned)

@@ -114,3 +114,16 @@ func setField(f reflect.Value, val string) error {
 	}
 	return nil
 }
+
+// Keys are every key lakeflow.toml takes (section.key; a table of
+// entries, such as gold.refresh, by its name), sorted.
+func Keys() []string {
+	var f file
+	fields := envFields(reflect.ValueOf(&f).Elem(), "", "")
+	keys := make([]string, 0, len(fields))
+	for _, field := range fields {
+		keys = append(keys, field.key)
+	}
+	sort.Strings(keys)
+	return keys
+}
