@@ -10,8 +10,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakeflow/lakeflow/internal/fault"
 	"github.com/lakeflow/lakeflow/pipeline"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
 )
 
 // The failures of lakeflow check, one exit code each (exitCode).

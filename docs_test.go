@@ -10,7 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/internal/config"
 )
 
 // TestTheManualMatchesTheCLI: every command, flag and config key lakeflow

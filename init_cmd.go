@@ -9,8 +9,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakeflow/lakeflow/internal/fault"
 	"github.com/lakeflow/lakeflow/pipeline/demo"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
 )
 
 // projectConfig is the repository's lakeflow.toml, every key with its

@@ -16,11 +16,11 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakeflow/lakeflow/internal/build"
+	"github.com/lakeflow/lakeflow/internal/config"
+	"github.com/lakeflow/lakeflow/internal/fault"
 	"github.com/lakeflow/lakeflow/pipeline"
-	"github.com/lakeflow/lakeflow/pipeline/build"
-	"github.com/lakeflow/lakeflow/pipeline/config"
 	"github.com/lakeflow/lakeflow/pipeline/demo"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
 )
 
 // Exit codes; main is the only place that maps errors to them.

@@ -14,8 +14,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakeflow/lakeflow/internal/fault"
 	"github.com/lakeflow/lakeflow/pipeline"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/warehouse"
 )
 

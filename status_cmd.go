@@ -12,8 +12,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/lakeflow/lakeflow/internal/fault"
 	"github.com/lakeflow/lakeflow/pipeline"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
 )
 
 func statusCommand() *cli.Command {

@@ -1,6 +1,6 @@
 package contracts
 
-import "github.com/lakeflow/lakeflow/pipeline/change"
+import "github.com/lakeflow/lakeflow/internal/change"
 
 // Renames maps a contract's column names onto a table that has not taken
 // the renames the contract accepts yet (the run stopped at the rename, or

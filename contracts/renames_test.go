@@ -3,7 +3,7 @@ package contracts
 import (
 	"testing"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/internal/change"
 )
 
 // TestRenamesMapTheContractOntoTheTable: a rename the table has not taken

@@ -9,7 +9,7 @@ import (
 
 	_ "github.com/duckdb/duckdb-go/v2" // DuckDB parses and binds the rules
 
-	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/internal/fault"
 )
 
 // environmental are functions DuckDB calls consistent that still answer

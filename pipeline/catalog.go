@@ -9,9 +9,9 @@ import (
 	"strings"
 
 	"github.com/lakeflow/lakeflow/catalog"
-	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/config"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/internal/change"
+	"github.com/lakeflow/lakeflow/internal/config"
+	"github.com/lakeflow/lakeflow/internal/fault"
 	"github.com/lakeflow/lakeflow/pipeline/kafka"
 	"github.com/lakeflow/lakeflow/warehouse"
 )

@@ -3,7 +3,7 @@ package pipeline
 import (
 	"testing"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/internal/change"
 	"github.com/lakeflow/lakeflow/warehouse"
 )
 

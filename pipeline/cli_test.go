@@ -18,8 +18,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lakeflow/lakeflow/pipeline/config"
-	"github.com/lakeflow/lakeflow/pipeline/crash"
+	"github.com/lakeflow/lakeflow/internal/config"
+	"github.com/lakeflow/lakeflow/internal/crash"
 	"github.com/lakeflow/lakeflow/pipeline/demo"
 	"github.com/lakeflow/lakeflow/pipeline/postgres"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/internal/fault"
 	"github.com/lakeflow/lakeflow/warehouse"
 	"os"
 	"os/exec"
@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lakeflow/lakeflow/pipeline/crash"
-	"github.com/lakeflow/lakeflow/pipeline/lake"
+	"github.com/lakeflow/lakeflow/internal/crash"
+	"github.com/lakeflow/lakeflow/internal/lake"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )
 

@@ -14,11 +14,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lakeflow/lakeflow/contracts"
-	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/config"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/internal/change"
+	"github.com/lakeflow/lakeflow/internal/config"
+	"github.com/lakeflow/lakeflow/internal/fault"
+	"github.com/lakeflow/lakeflow/internal/stage"
 	"github.com/lakeflow/lakeflow/pipeline/kafka"
-	"github.com/lakeflow/lakeflow/pipeline/stage"
 	"github.com/lakeflow/lakeflow/warehouse"
 )
 

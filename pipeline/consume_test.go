@@ -13,10 +13,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/internal/change"
+	"github.com/lakeflow/lakeflow/internal/config"
+	"github.com/lakeflow/lakeflow/internal/lake"
 	"github.com/lakeflow/lakeflow/pipeline/kafka"
-	"github.com/lakeflow/lakeflow/pipeline/lake"
 	"github.com/lakeflow/lakeflow/warehouse"
 )
 

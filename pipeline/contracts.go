@@ -10,8 +10,8 @@ import (
 	"strings"
 
 	"github.com/lakeflow/lakeflow/contracts"
-	"github.com/lakeflow/lakeflow/pipeline/config"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/internal/config"
+	"github.com/lakeflow/lakeflow/internal/fault"
 	"github.com/lakeflow/lakeflow/pipeline/postgres"
 )
 

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/lakeflow/lakeflow/contracts"
+	"github.com/lakeflow/lakeflow/internal/fault"
 	"github.com/lakeflow/lakeflow/pipeline/demo"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )
 

@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/lakeflow/lakeflow/contracts"
-	"github.com/lakeflow/lakeflow/pipeline/config"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/internal/config"
+	"github.com/lakeflow/lakeflow/internal/fault"
 )
 
 // watchContracts looks at contracts.dir every second while lakeflow run

@@ -21,7 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lakeflow/lakeflow/pipeline/crash"
+	"github.com/lakeflow/lakeflow/internal/crash"
 	"github.com/lakeflow/lakeflow/pipeline/demo"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )

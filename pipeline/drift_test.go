@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/internal/change"
 )
 
 func TestDriftFindings(t *testing.T) {

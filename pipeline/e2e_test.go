@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/internal/change"
+	"github.com/lakeflow/lakeflow/internal/config"
 	"github.com/lakeflow/lakeflow/pipeline/demo"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )

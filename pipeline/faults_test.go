@@ -11,9 +11,9 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/internal/config"
+	"github.com/lakeflow/lakeflow/internal/fault"
 	"github.com/lakeflow/lakeflow/pipeline/demo"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/internal/config"
 	"github.com/lakeflow/lakeflow/pipeline/kafka"
 )
 

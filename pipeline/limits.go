@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"runtime/debug"
 
-	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/internal/config"
 	"github.com/lakeflow/lakeflow/pipeline/kafka"
 	"github.com/lakeflow/lakeflow/warehouse"
 )

@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/internal/change"
 	"github.com/lakeflow/lakeflow/pipeline/demo"
 )
 

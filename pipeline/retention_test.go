@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/internal/config"
 	"github.com/lakeflow/lakeflow/pipeline/demo"
 	"github.com/lakeflow/lakeflow/pipeline/kafka"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/internal/fault"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )
 

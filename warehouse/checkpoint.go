@@ -11,8 +11,8 @@ import (
 	"strings"
 
 	"github.com/lakeflow/lakeflow/contracts"
-	"github.com/lakeflow/lakeflow/pipeline/build"
-	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/internal/build"
+	"github.com/lakeflow/lakeflow/internal/change"
 )
 
 // A state checkpoint is what a replay of the lake held at a position S

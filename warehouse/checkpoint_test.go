@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/lake"
+	"github.com/lakeflow/lakeflow/internal/change"
+	"github.com/lakeflow/lakeflow/internal/lake"
 )
 
 // TestACheckpointFitsOnlyItsInputs: a replay that starts from a state

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/lake"
+	"github.com/lakeflow/lakeflow/internal/change"
+	"github.com/lakeflow/lakeflow/internal/lake"
 )
 
 // TestTodaysMergedFilesMergeByTier: a running pipeline's pass merges

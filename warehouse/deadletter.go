@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/lake"
+	"github.com/lakeflow/lakeflow/internal/change"
+	"github.com/lakeflow/lakeflow/internal/lake"
 )
 
 // DeadLetter is an event that cannot be applied: not an envelope, a

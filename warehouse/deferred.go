@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/internal/change"
 )
 
 // A transaction too large for one batch is applied in parts (a split

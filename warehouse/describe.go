@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/lake"
+	"github.com/lakeflow/lakeflow/internal/change"
+	"github.com/lakeflow/lakeflow/internal/lake"
 )
 
 // What the warehouse and the lake hold, for the dataset catalog.

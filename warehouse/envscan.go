@@ -5,7 +5,7 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/internal/change"
 )
 
 // envScan reads one envelope the way change.Envelope writes it: no

@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
-	"github.com/lakeflow/lakeflow/pipeline/lake"
+	"github.com/lakeflow/lakeflow/internal/change"
+	"github.com/lakeflow/lakeflow/internal/fault"
+	"github.com/lakeflow/lakeflow/internal/lake"
 )
 
 // A table's Kafka log may have several eras: the topic deleted and made

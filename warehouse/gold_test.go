@@ -10,9 +10,9 @@ import (
 	"testing/fstest"
 	"time"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/config"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/internal/change"
+	"github.com/lakeflow/lakeflow/internal/config"
+	"github.com/lakeflow/lakeflow/internal/fault"
 	"github.com/lakeflow/lakeflow/sql/gold"
 )
 

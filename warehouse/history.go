@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/internal/change"
 )
 
 // The SCD2 history of a table whose contract asks for it,

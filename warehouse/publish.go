@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lakeflow/lakeflow/pipeline/crash"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
-	"github.com/lakeflow/lakeflow/pipeline/lake"
-	"github.com/lakeflow/lakeflow/pipeline/stage"
+	"github.com/lakeflow/lakeflow/internal/crash"
+	"github.com/lakeflow/lakeflow/internal/fault"
+	"github.com/lakeflow/lakeflow/internal/lake"
+	"github.com/lakeflow/lakeflow/internal/stage"
 	"github.com/lakeflow/lakeflow/sql/gold"
 )
 

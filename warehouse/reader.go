@@ -9,7 +9,7 @@ import (
 	"os"
 	"slices"
 
-	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/internal/fault"
 )
 
 // Reader reads a published warehouse (warehouse.path), read-only, as any

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/lake"
+	"github.com/lakeflow/lakeflow/internal/change"
+	"github.com/lakeflow/lakeflow/internal/lake"
 )
 
 // ReplayStats describes a replay of the lake.

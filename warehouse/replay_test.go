@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/internal/change"
+	"github.com/lakeflow/lakeflow/internal/config"
 )
 
 // TestReplayOfDeletesMatchesTheStream: replaying the lake into a new

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/internal/config"
 )
 
 // Pruned is what Prune removed from the bookkeeping tables.

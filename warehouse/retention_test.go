@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/internal/config"
 )
 
 // TestPruneKeepsWhereTheWarehouseStands: lakeflow.batches' rows past the

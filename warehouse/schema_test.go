@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/internal/change"
 )
 
 // TestFormerNamesFollowRenames: a column renamed twice keeps both of its

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/internal/fault"
 	"github.com/lakeflow/lakeflow/sql/gold"
 )
 

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/internal/change"
 )
 
 // rowsTable is the temp table that holds a table's decoded events of the

@@ -17,11 +17,11 @@ import (
 	"testing"
 
 	"github.com/lakeflow/lakeflow/contracts"
-	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/internal/change"
+	"github.com/lakeflow/lakeflow/internal/config"
+	"github.com/lakeflow/lakeflow/internal/fault"
+	"github.com/lakeflow/lakeflow/internal/lake"
 	"github.com/lakeflow/lakeflow/pipeline/demo"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
-	"github.com/lakeflow/lakeflow/pipeline/lake"
 )
 
 const topic = "lf.public.acct"

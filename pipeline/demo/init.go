@@ -11,7 +11,7 @@ import (
 
 	"github.com/lakeflow/lakeflow/catalog"
 	"github.com/lakeflow/lakeflow/contracts"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/internal/fault"
 	"github.com/lakeflow/lakeflow/sql/gold"
 )
 

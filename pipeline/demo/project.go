@@ -9,8 +9,8 @@ import (
 
 	"github.com/lakeflow/lakeflow/catalog"
 	"github.com/lakeflow/lakeflow/contracts"
-	"github.com/lakeflow/lakeflow/pipeline/config"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/internal/config"
+	"github.com/lakeflow/lakeflow/internal/fault"
 )
 
 // WriteProject writes the demo's contracts and catalog entries, as this

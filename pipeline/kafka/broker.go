@@ -14,8 +14,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/lakeflow/lakeflow/pipeline/fault"
-	"github.com/lakeflow/lakeflow/pipeline/stage"
+	"github.com/lakeflow/lakeflow/internal/fault"
+	"github.com/lakeflow/lakeflow/internal/stage"
 )
 
 // MaxMessageBytes bounds one record (one row change). The embedded broker

@@ -13,7 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/internal/change"
 	"github.com/lakeflow/lakeflow/pipeline/demo"
 )
 

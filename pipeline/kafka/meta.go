@@ -6,7 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/internal/change"
 )
 
 // The three meta topics carry records anyone with access to the broker

@@ -12,10 +12,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/crash"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
-	"github.com/lakeflow/lakeflow/pipeline/stage"
+	"github.com/lakeflow/lakeflow/internal/change"
+	"github.com/lakeflow/lakeflow/internal/crash"
+	"github.com/lakeflow/lakeflow/internal/fault"
+	"github.com/lakeflow/lakeflow/internal/stage"
 )
 
 // deliveryTimeout fails a record Kafka has not accepted in this time,

@@ -6,7 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/internal/change"
 )
 
 // TestDurableStopsAtAFailedRecord: a record Kafka refused, followed by

@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/internal/fault"
 )
 
 // ErrEnvironment marks problems with the machine: missing server binaries,

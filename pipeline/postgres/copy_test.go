@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/internal/change"
+	"github.com/lakeflow/lakeflow/internal/fault"
 	"github.com/lakeflow/lakeflow/pipeline/postgres"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/lakeflow/lakeflow/contracts"
-	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/internal/change"
+	"github.com/lakeflow/lakeflow/internal/config"
 )
 
 // TestReferencedTablesAreCopiedFirst: a table an existence rule points to

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"fmt"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/internal/change"
 )
 
 // copyReader is the io.Writer that COPY … TO STDOUT (text format) streams

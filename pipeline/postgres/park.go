@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/lakeflow/lakeflow/contracts"
-	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/internal/change"
+	"github.com/lakeflow/lakeflow/internal/fault"
 )
 
 // A change of a table's shape that lakeflow cannot follow by itself (a

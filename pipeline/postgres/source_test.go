@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/config"
+	"github.com/lakeflow/lakeflow/internal/change"
+	"github.com/lakeflow/lakeflow/internal/config"
 	"github.com/lakeflow/lakeflow/pipeline/postgres"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )

@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/internal/fault"
 	"github.com/lakeflow/lakeflow/pipeline/postgres"
 	"github.com/lakeflow/lakeflow/pipeline/postgres/pgtest"
 )

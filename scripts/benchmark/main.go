@@ -92,7 +92,7 @@ type Result struct {
 	Replay RunResult `json:"replay_from_kafka"`
 	// StageCPU is the profiled run's CPU by pipe stage, in seconds, as
 	// its profile sampled it (DuckDB's worker threads are "unlabelled":
-	// see pipeline/stage); ProfiledCPU is that run's whole CPU time.
+	// see internal/stage); ProfiledCPU is that run's whole CPU time.
 	StageCPU        map[string]float64 `json:"stage_cpu_seconds"`
 	ProfiledCPU     float64            `json:"profiled_run_cpu_seconds"`
 	CheckExit       int                `json:"check_exit_code"`

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/internal/change"
 )
 
 // The lake keeps state checkpoints (warehouse.LoadCheckpoint) under

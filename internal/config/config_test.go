@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/internal/fault"
 )
 
 func write(t *testing.T, body string) string {

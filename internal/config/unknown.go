@@ -8,7 +8,7 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 
-	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/internal/fault"
 )
 
 // unknownKeys names each key of a TOML file that v has no field for, with

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
+	"github.com/lakeflow/lakeflow/internal/change"
 )
 
 // TestABuildKilledIsClearedAndWaitedFor: what a kill leaves of a

@@ -18,8 +18,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/lakeflow/lakeflow/pipeline/change"
-	"github.com/lakeflow/lakeflow/pipeline/fault"
+	"github.com/lakeflow/lakeflow/internal/change"
+	"github.com/lakeflow/lakeflow/internal/fault"
 )
 
 // The lake's own directories beside the tables'. A table whose
