@@ -358,7 +358,7 @@ func backfillRange(ctx context.Context, cfg *config.Config, opts BackfillOptions
 	if err != nil {
 		return st, err
 	}
-	if _, err := wh.Publish(ctx, cfg.Warehouse.Path); err != nil {
+	if err := publishWhole(ctx, wh, cfg.Warehouse.Path, log); err != nil {
 		return st, err
 	}
 	log.Info("backfill of days done", "from", opts.From.Format(time.DateOnly), "to", opts.To.Format(time.DateOnly),

@@ -92,6 +92,5 @@ func compactLive(ctx context.Context, cfg *config.Config, opts CompactOptions, l
 	if st, err = wh.Compact(ctx, warehouse.CompactOptions{Table: opts.Table, Before: opts.Before, Target: cfg.Lake.CompactTarget, Grace: cfg.Lake.CompactGrace, Wait: true}); err != nil {
 		return st, err
 	}
-	_, err = wh.Publish(ctx, cfg.Warehouse.Path)
-	return st, err
+	return st, publishWhole(ctx, wh, cfg.Warehouse.Path, log)
 }

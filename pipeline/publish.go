@@ -53,6 +53,25 @@ func ensureLive(cfg *config.Config, log *slog.Logger) error {
 	return lake.Sync(filepath.Dir(w.Live))
 }
 
+// publishWhole publishes the live warehouse for a command that changed
+// it beside the runs (compact, a backfill of days), unless its last
+// batch holds part of a source transaction (a run stopped while applying
+// one in parts): readers keep the copy they have, which held whole
+// transactions, and the next run, which completes the transaction,
+// publishes.
+func publishWhole(ctx context.Context, wh *warehouse.Warehouse, path string, log *slog.Logger) error {
+	c, err := wh.Capture(ctx, path, true)
+	if err != nil {
+		return err
+	}
+	err = c.Publish(ctx)
+	if errors.Is(err, warehouse.ErrMidTransaction) {
+		log.Info("warehouse.path is left as it was: the live warehouse ends inside a source transaction, which the next lakeflow run completes and publishes")
+		return nil
+	}
+	return err
+}
+
 // copyFile copies src to dst durably, under a temporary name first.
 func copyFile(src, dst string) error {
 	tmp := dst + ".copying"
