@@ -84,22 +84,11 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 			return err
 		}
 	}
-	lk, err := lake.Open(cfg.Lake.Dir)
-	if err != nil {
-		return err
-	}
-	if err := ensureLive(cfg, log); err != nil {
-		return err
-	}
-	wh, err := openLive(ctx, cfg, lk, log, runMemoryLimit, runThreads())
+	wh, err := openRunWarehouse(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer wh.Close()
-	wh.DeferGold() // refreshed as of each copy (Warehouse.Copy.Publish)
-	if err := wh.NumberAfterLake(ctx); err != nil {
-		return err
-	}
 	pub := &publisher{wh: wh, path: cfg.Warehouse.Path, interval: cfg.Warehouse.PublishInterval, log: log}
 	defer pub.wait() // before the warehouse closes
 	if err := wh.SetContracts(ctx, set); err != nil {
@@ -108,37 +97,12 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	if err := giveMarts(ctx, cfg, wh, marts); err != nil {
 		return err
 	}
-	kcfg := kafka.Config{
-		Brokers: env.brokers, Prefix: cfg.Kafka.TopicPrefix, Partitions: cfg.Kafka.Partitions,
-		Retention: cfg.Kafka.Retention, RetentionBytes: cfg.Kafka.RetentionBytes, Database: env.database,
-	}
-	cons, err := kafka.NewConsumer(kcfg)
+	k, err := connectKafka(ctx, cfg, env, wh, log)
+	defer k.close()
 	if err != nil {
 		return err
 	}
-	defer cons.Close()
-	// What the warehouse holds decides where a source whose Kafka data
-	// is gone resumes, and how far the slot may be confirmed.
-	fallback, err := wh.SourceState(ctx)
-	if err != nil {
-		return err
-	}
-	sg, err := establishSigning(ctx, cons, wh, fallback, log)
-	if err != nil {
-		return err
-	}
-	kcfg.Signer = sg.signer
-	prod, err := kafka.NewProducer(kcfg, log)
-	if err != nil {
-		return err
-	}
-	defer prod.Close()
-	if sg.introduced != nil {
-		if err := prod.SaveState(ctx, *sg.introduced); err != nil {
-			return err
-		}
-		fallback = nil // the consumer copies the new state into the warehouse
-	}
+	kcfg, cons, prod, sg, fallback := k.cfg, k.cons, k.prod, k.signing, k.fallback
 	drain := make(chan struct{})
 	if !opts.Follow && opts.Workload == nil {
 		close(drain)
@@ -234,6 +198,14 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 		// have reached the source first.
 		err = consumed
 	}
+	return endRun(ctx, cfg, opts, c, src, prod, pub, started, err, log)
+}
+
+// endRun ends a run whose parts stopped with err: the final copy's marts,
+// the run's record, the slot confirmed as far as the warehouse applied
+// (a run without --follow), the final copy, and what the parked tables
+// wait for.
+func endRun(ctx context.Context, cfg *config.Config, opts Options, c *consumer, src *postgres.Source, prod *kafka.Producer, pub *publisher, started time.Time, err error, log *slog.Logger) error {
 	interrupted := errors.Is(err, context.Canceled) && ctx.Err() != nil
 	if err == nil || interrupted {
 		// The final copy's marts, before the run's record, which counts
@@ -276,6 +248,83 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	log.Info("run complete", "events", c.stats.events.Load(), "batches", c.stats.batches.Load(),
 		"lake_files", c.stats.files.Load(), "warehouse", cfg.Warehouse.Path)
 	return nil
+}
+
+// openRunWarehouse opens the live warehouse for a run (made from the
+// published one if it is missing), its gold refreshed as of each copy,
+// numbering batches after what the lake holds.
+func openRunWarehouse(ctx context.Context, cfg *config.Config, log *slog.Logger) (*warehouse.Warehouse, error) {
+	lk, err := lake.Open(cfg.Lake.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := ensureLive(cfg, log); err != nil {
+		return nil, err
+	}
+	wh, err := openLive(ctx, cfg, lk, log, runMemoryLimit, runThreads())
+	if err != nil {
+		return nil, err
+	}
+	wh.DeferGold() // refreshed as of each copy (Warehouse.Copy.Publish)
+	if err := wh.NumberAfterLake(ctx); err != nil {
+		wh.Close()
+		return nil, err
+	}
+	return wh, nil
+}
+
+// kafkaClients are a run's Kafka consumer and producer, and what they
+// agreed with the warehouse: the records' signing, and the copy of the
+// source's state a source whose Kafka data is gone resumes from (nil
+// once Kafka holds one).
+type kafkaClients struct {
+	cfg      kafka.Config
+	cons     *kafka.Consumer
+	prod     *kafka.Producer
+	signing  signing
+	fallback *change.SourceState
+}
+
+// connectKafka makes a run's Kafka clients; close closes those made,
+// whatever it returned.
+func connectKafka(ctx context.Context, cfg *config.Config, env *environment, wh *warehouse.Warehouse, log *slog.Logger) (*kafkaClients, error) {
+	k := &kafkaClients{cfg: kafka.Config{
+		Brokers: env.brokers, Prefix: cfg.Kafka.TopicPrefix, Partitions: cfg.Kafka.Partitions,
+		Retention: cfg.Kafka.Retention, RetentionBytes: cfg.Kafka.RetentionBytes, Database: env.database,
+	}}
+	var err error
+	if k.cons, err = kafka.NewConsumer(k.cfg); err != nil {
+		return k, err
+	}
+	// What the warehouse holds decides where a source whose Kafka data
+	// is gone resumes, and how far the slot may be confirmed.
+	if k.fallback, err = wh.SourceState(ctx); err != nil {
+		return k, err
+	}
+	if k.signing, err = establishSigning(ctx, k.cons, wh, k.fallback, log); err != nil {
+		return k, err
+	}
+	k.cfg.Signer = k.signing.signer
+	if k.prod, err = kafka.NewProducer(k.cfg, log); err != nil {
+		return k, err
+	}
+	if k.signing.introduced != nil {
+		if err := k.prod.SaveState(ctx, *k.signing.introduced); err != nil {
+			return k, err
+		}
+		k.fallback = nil // the consumer copies the new state into the warehouse
+	}
+	return k, nil
+}
+
+// close closes the clients made, the producer first.
+func (k *kafkaClients) close() {
+	if k.prod != nil {
+		k.prod.Close()
+	}
+	if k.cons != nil {
+		k.cons.Close()
+	}
 }
 
 // savesNoted is the producer as the source's state store, noting each
