@@ -2,16 +2,12 @@ package pipeline
 
 import (
 	"encoding/json"
-	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // The dashboard and alerts shipped for the metrics.
@@ -68,16 +64,7 @@ var metricName = regexp.MustCompile(`\b(?:lakeflow|go|process)_[a-z0-9_]+\b`)
 // _bucket, _sum or _count too).
 func assertDashboardMetricsExist(t *testing.T, url string) {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("the metrics do not parse: %v", err)
-	}
+	families := scrape(t, url)
 	served := func(name string) bool {
 		if families[name] != nil {
 			return true

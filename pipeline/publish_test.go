@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -190,8 +191,8 @@ func assertMetrics(t *testing.T, url string) {
 	}
 }
 
-// metric scrapes one metric (a histogram's sample count).
-func metric(t *testing.T, url, name string) float64 {
+// scrape reads every metric family served at url.
+func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
@@ -203,7 +204,13 @@ func metric(t *testing.T, url, name string) float64 {
 	if err != nil {
 		t.Fatalf("the metrics do not parse: %v", err)
 	}
-	f := families[name]
+	return families
+}
+
+// metric scrapes one metric (a histogram's sample count).
+func metric(t *testing.T, url, name string) float64 {
+	t.Helper()
+	f := scrape(t, url)[name]
 	if f == nil || len(f.GetMetric()) != 1 {
 		t.Fatalf("no metric %s", name)
 	}

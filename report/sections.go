@@ -54,34 +54,32 @@ func (b *builder) throughput(p *Page) error {
 	if err != nil {
 		return err
 	}
-	p.Throughput = chartOf("Throughput", fmt.Sprintf("events applied per second, in steps of %s (hours before the batches kept: lakeflow.batch_hours)", time.Duration(step)*time.Second),
-		"no batch in the period", events, func() (Chart, error) {
-			svg, err := lines("Events applied per second", "events/s", events...)
-			return Chart{SVG: svg}, err
-		})
+	p.Throughput = lineChart(Chart{Title: "Throughput", Caption: fmt.Sprintf("events applied per second, in steps of %s (hours before the batches kept: lakeflow.batch_hours)", time.Duration(step)*time.Second),
+		Empty: "no batch in the period"}, "Events applied per second", "events/s", events)
 	fresh, err := b.series(fmt.Sprintf(`SELECT epoch(time_bucket(%s, committed_at)) AS t,
 			quantile_cont(epoch(committed_at) - epoch(commit_ts), 0.5), quantile_cont(epoch(committed_at) - epoch(commit_ts), 0.99)
 		FROM lakeflow.batches WHERE committed_at >= %s AND consistent AND commit_ts IS NOT NULL GROUP BY 1 ORDER BY 1`, bucket, b.since), "p50", "p99")
 	if err != nil {
 		return err
 	}
-	p.Fresh = chartOf("Freshness", "source commit of each batch's newest transaction to its commit in silver", "no consistent batch in the period", fresh, func() (Chart, error) {
-		svg, err := lines("Freshness: source commit to silver", "seconds", fresh...)
-		return Chart{SVG: svg}, err
-	})
+	p.Fresh = lineChart(Chart{Title: "Freshness", Caption: "source commit of each batch's newest transaction to its commit in silver", Empty: "no consistent batch in the period"},
+		"Freshness: source commit to silver", "seconds", fresh)
 	return nil
 }
 
-// chartOf draws a chart if any series has a point, else says why not.
-func chartOf(title, caption, empty string, series []Series, draw func() (Chart, error)) Chart {
+// lineChart draws c as lines of series over time (heading the plot's
+// title, unit its y axis's) if any has a point; else c says why not
+// (c.Empty).
+func lineChart(c Chart, heading, unit string, series []Series) Chart {
 	if !slices.ContainsFunc(series, func(s Series) bool { return len(s.Points) > 0 }) {
-		return Chart{Title: title, Caption: caption, Empty: empty}
+		return c
 	}
-	c, err := draw()
+	svg, err := lines(heading, unit, series...)
 	if err != nil {
-		return Chart{Title: title, Caption: caption, Empty: "not drawn: " + err.Error()}
+		c.Empty = "not drawn: " + err.Error()
+		return c
 	}
-	c.Title, c.Caption = title, caption
+	c.SVG, c.Empty = svg, ""
 	return c
 }
 
@@ -200,10 +198,8 @@ func (b *builder) deadLetters(p *Page) error {
 	if err != nil {
 		return err
 	}
-	p.Dead = chartOf("Dead letters", "records lakeflow could not apply, set aside in lakeflow.dlq", "no dead letter in the period", dead, func() (Chart, error) {
-		svg, err := lines("Dead letters per hour", "records", dead...)
-		return Chart{SVG: svg}, err
-	})
+	p.Dead = lineChart(Chart{Title: "Dead letters", Caption: "records lakeflow could not apply, set aside in lakeflow.dlq", Empty: "no dead letter in the period"},
+		"Dead letters per hour", "records", dead)
 	return nil
 }
 
@@ -242,10 +238,8 @@ func (b *builder) schemas(p *Page) error {
 		s := &series[len(series)-1]
 		s.Points = append(s.Points, Point{At: time.Unix(0, int64(at*1e9)), Value: float64(len(series))})
 	}
-	p.Schemas = chartOf("Schema history", "each table's schema versions as lakeflow recorded them (one row per table)", "no schema recorded", series, func() (Chart, error) {
-		svg, err := lines("Schema versions over time", "table", series...)
-		return Chart{SVG: svg}, err
-	})
+	p.Schemas = lineChart(Chart{Title: "Schema history", Caption: "each table's schema versions as lakeflow recorded them (one row per table)", Empty: "no schema recorded"},
+		"Schema versions over time", "table", series)
 	return nil
 }
 
