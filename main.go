@@ -252,7 +252,7 @@ func runCommand() *cli.Command {
 					return err
 				}
 				w := demo.Workload{Events: c.Int("demo-events"), Seed: 1}
-				opts.Prepare = demo.Setup
+				opts.Prepare, opts.Show = demo.Setup, true
 				opts.Workload = func(ctx context.Context, dsn string) error {
 					done, err := w.Run(ctx, dsn)
 					if err != nil {

@@ -39,9 +39,9 @@ type consumer struct {
 	wh     *warehouse.Warehouse
 	log    *slog.Logger
 	follow bool
-	// workload: a workload makes changes while the run reads them (the
-	// demo's), so batches close by age, as under follow, not only when
-	// full.
+	// workload: a workload makes changes while the run reads them and
+	// shows them applied (the demo's, Options.Show), so batches close by
+	// age, as under follow, not only when full.
 	workload   bool
 	sourceDone <-chan struct{}
 

@@ -35,6 +35,11 @@ type Options struct {
 	// Workload, if set, runs against the source once the snapshot is taken
 	// and the stream runs; without Follow, the drain waits for it.
 	Workload func(ctx context.Context, dsn string) error
+	// Show applies the workload's changes as they are made, in batches
+	// closed by age as --follow's are (the demo: its batches are the
+	// positions asof travels between); a run without it fills batches
+	// while it drains.
+	Show bool
 	// Prepare, if set, runs against the source before capture starts.
 	Prepare func(ctx context.Context, dsn string) error
 	// Progress, if set, gets a one-line progress display (a terminal).
@@ -109,7 +114,7 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	}
 	sourceDone := make(chan struct{})
 	c := &consumer{cfg: cfg.Pipeline, keep: cfg.Bookkeeping, lake: cfg.Lake, contracts: set, kcfg: kcfg, slot: cfg.Source.Slot, kafka: cons, wh: wh, log: log,
-		follow: opts.Follow, workload: opts.Workload != nil, compactAt: time.Now().Add(cfg.Lake.CompactInterval), sourceDone: sourceDone, stateCopy: fallback.Clone(), seq: wh.Floor(), splitting: wh.OpenTransaction(), strays: sg.strays}
+		follow: opts.Follow, workload: opts.Show && opts.Workload != nil, compactAt: time.Now().Add(cfg.Lake.CompactInterval), sourceDone: sourceDone, stateCopy: fallback.Clone(), seq: wh.Floor(), splitting: wh.OpenTransaction(), strays: sg.strays}
 	if opts.Follow && cfg.Check.Interval > 0 {
 		c.checks = scheduleChecks(ctx, cfg, log)
 	}
