@@ -112,7 +112,7 @@ func publishLive(ctx context.Context, cfg *config.Config, log *slog.Logger) erro
 	if err != nil {
 		return err
 	}
-	if _, err := wh.Publish(ctx, cfg.Warehouse.Path); err != nil {
+	if err := publishWhole(ctx, wh, cfg.Warehouse.Path, log); err != nil {
 		wh.Close()
 		return err
 	}

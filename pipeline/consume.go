@@ -290,9 +290,7 @@ func (c *consumer) loop(ctx context.Context) error {
 		}
 		if c.metrics != nil {
 			c.metrics.pending.Set(float64(len(c.pending)))
-			for topic, n := range c.kafka.Lag() {
-				c.metrics.lag.WithLabelValues(topic).Set(float64(n))
-			}
+			c.metrics.lagged(c.kafka.Lag())
 		}
 		if unknown {
 			// A watermark names a table whose schema arrived after the

@@ -30,13 +30,14 @@ type metrics struct {
 	batchSeconds, freshness                         prometheus.Histogram
 	lastBatch, consistentSeq, pending, publish, sla prometheus.Gauge
 	lag                                             *prometheus.GaugeVec
+	lagTopics                                       map[string]bool // the topics lag has a series of
 	// published is when warehouse.path was last published (Unix ns; 0:
 	// not by this run), set by the publisher's goroutine.
 	published atomic.Int64
 }
 
 func newMetrics(wh *warehouse.Warehouse) *metrics {
-	m := &metrics{reg: prometheus.NewRegistry()}
+	m := &metrics{reg: prometheus.NewRegistry(), lagTopics: map[string]bool{}}
 	// Where the process's memory is: the Go heap (go_memstats_*), DuckDB
 	// (lakeflow_duckdb_*), the whole (process_resident_memory_bytes).
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), duckdbMemory{
@@ -74,7 +75,7 @@ func newMetrics(wh *warehouse.Warehouse) *metrics {
 	m.sla = gauge("freshness_sla_seconds", "The tightest freshness a contract asks of its table (0: none asks).")
 	m.lag = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "lakeflow_kafka_consumer_lag_records", Help: "Records Kafka holds past where the consumer stands, per topic."}, []string{"topic"})
 	m.reg.MustRegister(m.lag, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lakeflow_published_copy_age_seconds",
-		Help: "Seconds since warehouse.path was last published (what readers see is that much older than the warehouse)."}, func() float64 {
+		Help: "Seconds since warehouse.path was last published, by this run or before it (what readers see is that much older than the warehouse)."}, func() float64 {
 		if at := m.published.Load(); at != 0 {
 			return time.Since(time.Unix(0, at)).Seconds()
 		}
@@ -100,6 +101,21 @@ func (m *metrics) batch(st warehouse.BatchStats, wm *change.Watermark, took time
 		if wm.Commit > 0 {
 			m.freshness.Observe(at.Sub(time.UnixMicro(wm.Commit)).Seconds())
 		}
+	}
+}
+
+// lagged sets the Kafka lag of each topic read; a topic read no more
+// (its log reset) leaves no series behind.
+func (m *metrics) lagged(lag map[string]int64) {
+	for topic := range m.lagTopics {
+		if _, ok := lag[topic]; !ok {
+			m.lag.DeleteLabelValues(topic)
+			delete(m.lagTopics, topic)
+		}
+	}
+	for topic, n := range lag {
+		m.lag.WithLabelValues(topic).Set(float64(n))
+		m.lagTopics[topic] = true
 	}
 }
 

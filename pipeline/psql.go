@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -53,24 +54,67 @@ func Psql(ctx context.Context, cfg *config.Config, args []string, log *slog.Logg
 	if err != nil {
 		return err
 	}
+	// A terminal closed (SIGHUP) or a stop asked (SIGTERM) goes to psql,
+	// and the server started for the session is stopped after it, as at
+	// its end: killed, lakeflow would leave it running.
+	stops := make(chan os.Signal, 1)
+	signal.Notify(stops, syscall.SIGHUP, syscall.SIGTERM)
+	defer signal.Stop(stops)
+	signal.Ignore(syscall.SIGINT, syscall.SIGQUIT)
+	defer signal.Reset(syscall.SIGINT, syscall.SIGQUIT)
 	dsn, release, err := reachSource(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer release()
-	signal.Ignore(syscall.SIGINT, syscall.SIGQUIT)
-	defer signal.Reset(syscall.SIGINT, syscall.SIGQUIT)
+	dsn, password := withoutPassword(dsn)
 	cmd := exec.CommandContext(ctx, bin, append([]string{"--dbname", dsn}, args...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	err = cmd.Run()
+	if password != "" {
+		// (In the environment, not on psql's command line, where every
+		// user of the machine could read it.)
+		cmd.Env = append(os.Environ(), "PGPASSWORD="+password)
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("%w: psql: %v", fault.ErrEnvironment, err)
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case s := <-stops:
+			cmd.Process.Signal(s)
+		case <-done:
+		}
+	}()
+	err = cmd.Wait()
 	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
-		// psql said why on stderr.
-		return fmt.Errorf("%w: psql exited with status %d", fault.ErrQuery, ee.ExitCode())
+		// psql said why on stderr: 2 is a connection that failed, the
+		// others the session's statements.
+		class := fault.ErrQuery
+		if ee.ExitCode() == 2 {
+			class = fault.ErrUnavailable
+		}
+		return fmt.Errorf("%w: psql exited with status %d", class, ee.ExitCode())
 	}
 	if err != nil {
 		return fmt.Errorf("%w: psql: %v", fault.ErrEnvironment, err)
 	}
 	return nil
+}
+
+// withoutPassword takes the password out of a postgres:// DSN.
+func withoutPassword(dsn string) (string, string) {
+	u, err := url.Parse(dsn)
+	if err != nil || u.User == nil {
+		return dsn, ""
+	}
+	password, ok := u.User.Password()
+	if !ok {
+		return dsn, ""
+	}
+	u.User = url.User(u.User.Username())
+	return u.String(), password
 }
 
 // psqlBinary finds psql: on PATH, or beside the PostgreSQL server

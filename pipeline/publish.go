@@ -60,16 +60,17 @@ func ensureLive(cfg *config.Config, log *slog.Logger) error {
 // transactions, and the next run, which completes the transaction,
 // publishes.
 func publishWhole(ctx context.Context, wh *warehouse.Warehouse, path string, log *slog.Logger) error {
-	c, err := wh.Capture(ctx, path, true)
-	if err != nil {
-		return err
-	}
-	err = c.Publish(ctx)
-	if errors.Is(err, warehouse.ErrMidTransaction) {
-		log.Info("warehouse.path is left as it was: the live warehouse ends inside a source transaction, which the next lakeflow run completes and publishes")
+	if !wh.Consistent() {
+		leftAsItWas(log)
 		return nil
 	}
+	_, err := wh.Publish(ctx, path)
 	return err
+}
+
+// leftAsItWas says why warehouse.path was not published.
+func leftAsItWas(log *slog.Logger) {
+	log.Info("warehouse.path is left as it was: the live warehouse ends inside a source transaction, which the next lakeflow run completes and publishes")
 }
 
 // copyFile copies src to dst durably, under a temporary name first.
@@ -277,9 +278,16 @@ func (p *publisher) wait() {
 
 // final publishes the warehouse as the run leaves it (rows written
 // between batches included: the run's own record, checks, interval
-// refreshes): when no pipeline runs, warehouse.path is all of it.
+// refreshes): when no pipeline runs, warehouse.path is all of it. A run
+// stopped inside a transaction it applied in parts (Ctrl-C) leaves the
+// copy readers have, which held whole transactions: the next run
+// completes the transaction, and publishes.
 func (p *publisher) final(ctx context.Context) error {
 	p.wait()
+	if !p.wh.Consistent() {
+		leftAsItWas(p.log)
+		return nil
+	}
 	stage.Enter(stage.Publish)
 	c, err := p.wh.Capture(context.WithoutCancel(ctx), p.path, false)
 	if err != nil {

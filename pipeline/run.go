@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -121,6 +122,9 @@ func Run(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger
 	c.pub = pub
 	if metricsLn != nil {
 		c.metrics = newMetrics(wh)
+		if fi, err := os.Stat(cfg.Warehouse.Path); err == nil {
+			c.metrics.published.Store(fi.ModTime().UnixNano()) // the copy readers have
+		}
 		pub.metrics = c.metrics
 		c.metrics.serve(ctx, metricsLn, log)
 		metricsLn = nil

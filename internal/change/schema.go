@@ -160,12 +160,15 @@ func (t *Table) ID() string { return QualifiedName(t.Schema, t.Name) }
 // It is called per event, so the answer is kept.
 func (t *Table) KeyColumns() []int {
 	if t.keys == nil {
-		t.keys = []int{}
+		// Built whole, then kept: a goroutine that reads it meanwhile
+		// sees none (and builds its own), never part of it.
+		keys := []int{}
 		for i, c := range t.Columns {
 			if c.Key {
-				t.keys = append(t.keys, i)
+				keys = append(keys, i)
 			}
 		}
+		t.keys = keys
 	}
 	return t.keys
 }
