@@ -506,3 +506,47 @@ func TestInitMakesAProjectOfItsOwn(t *testing.T) {
 		t.Fatalf("gold.daily_revenue in the project's warehouse: %v\n%s", err, out)
 	}
 }
+
+// TestAnInterruptInsideATransactionKeepsTheWholeCopy: Ctrl-C while run
+// --follow applies a transaction larger than a batch, in parts, ends the
+// run with the warehouse inside it; warehouse.path keeps the last copy
+// that held whole transactions, and the next run completes the
+// transaction and publishes it.
+func TestAnInterruptInsideATransactionKeepsTheWholeCopy(t *testing.T) {
+	h := newHarnessWith(t, "\n[warehouse]\npublish_interval = \"300ms\"", "public.big")
+	setConfig(t, h, `batch_bytes = "4MiB"`, `batch_bytes = "1MiB"`)
+	pgtest.Exec(t, h.dsn, `CREATE TABLE big (id bigint PRIMARY KEY, note text)`, `INSERT INTO big SELECT g, 'small' FROM generate_series(1, 100) g`)
+	published := func() string {
+		t.Helper()
+		out, err := withStderr(lakeflowCmd(t, "--config", h.file, "sql", "--format", "csv",
+			"SELECT (SELECT consistent FROM lakeflow.published), (SELECT count(*) FROM silver.big WHERE NOT _deleted)").Output())
+		if err != nil {
+			t.Fatalf("lakeflow sql: %v", err)
+		}
+		return strings.Split(strings.TrimSpace(string(out)), "\n")[1]
+	}
+	p := start(t, h, "run", "--follow")
+	p.waitStreaming(t)
+	waitFor(t, "a copy of the first rows", func() bool {
+		_, err := os.Stat(h.cfg.Warehouse.Path)
+		return err == nil && strings.Contains(h.logs.String(), "batch=1 ") && published() == "true,100"
+	})
+	before := strings.Count(h.logs.String(), "consistent=false")
+	pgtest.Exec(t, h.dsn, `INSERT INTO big SELECT g, repeat('x', 200) FROM generate_series(101, 80100) g`)
+	waitFor(t, "a batch holding part of the transaction", func() bool { return strings.Count(h.logs.String(), "consistent=false") > before })
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.wait(t); err != nil {
+		t.Fatalf("lakeflow run --follow after Ctrl-C: %v", err)
+	}
+	if got := published(); got != "true,100" || !strings.Contains(h.logs.String(), "warehouse.path is left as it was") {
+		t.Fatalf("after a Ctrl-C inside the transaction, the published copy holds %s (consistent, rows), want the copy before it: true,100", got)
+	}
+	if err := start(t, h, "run").wait(t); err != nil {
+		t.Fatalf("the next lakeflow run: %v", err)
+	}
+	if got := published(); got != "true,80100" {
+		t.Fatalf("after the next run, the published copy holds %s, want true,80100", got)
+	}
+}
