@@ -73,12 +73,16 @@ func backfillSummary(opts pipeline.BackfillOptions, st pipeline.BackfillStats) s
 	case st.Empty:
 		return ""
 	}
+	unpublished := ""
+	if st.Unpublished {
+		unpublished = "; the live warehouse ends inside a source transaction, so warehouse.path keeps its copy until the next lakeflow run completes it"
+	}
 	replayed := fmt.Sprintf("the lake's %d events replayed whole", st.Events)
 	if st.From != 0 {
 		replayed = fmt.Sprintf("the lake's state checkpoint at _cdc_seq %d and the %d events after it replayed", uint64(st.From), st.Events)
 	}
-	return fmt.Sprintf("backfilled %s in %s: %d keys' silver rows replaced (and their history), %d marts recomputed, in %.2f s (%s)",
-		days, st.Path, st.Slice.Keys, st.Slice.Marts, st.Seconds, replayed)
+	return fmt.Sprintf("backfilled %s in %s: %d keys' silver rows replaced (and their history), %d marts recomputed, in %.2f s (%s)%s",
+		days, st.Path, st.Slice.Keys, st.Slice.Marts, st.Seconds, replayed, unpublished)
 }
 
 // day parses a --from or --to flag.

@@ -242,6 +242,10 @@ func TestBackfillOfDaysSaysWhatItDid(t *testing.T) {
 	if got := backfillSummary(pipeline.BackfillOptions{From: from, To: to}, st); got != want {
 		t.Errorf("a backfill of days from a checkpoint printed %q, want %q", got, want)
 	}
+	st.Unpublished = true
+	if got := backfillSummary(pipeline.BackfillOptions{From: from, To: to}, st); !strings.HasSuffix(got, "replayed); the live warehouse ends inside a source transaction, so warehouse.path keeps its copy until the next lakeflow run completes it") {
+		t.Errorf("a backfill of days left unpublished printed %q", got)
+	}
 	if got := backfillSummary(pipeline.BackfillOptions{From: from, To: to}, pipeline.BackfillStats{Empty: true}); got != "" {
 		t.Errorf("a backfill of days the lake lacks printed %q", got)
 	}

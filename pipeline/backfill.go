@@ -45,6 +45,9 @@ type BackfillStats struct {
 	// nothing of the days.
 	Slice warehouse.SliceStats
 	Empty bool
+	// Unpublished says warehouse.path keeps its copy: the live warehouse
+	// ends inside a source transaction (publishWhole).
+	Unpublished bool
 	// From is the position of the state checkpoint a backfill of days
 	// started from (0: the lake's start).
 	From change.LSN
@@ -358,6 +361,7 @@ func backfillRange(ctx context.Context, cfg *config.Config, opts BackfillOptions
 	if err != nil {
 		return st, err
 	}
+	st.Unpublished = !wh.Consistent()
 	if err := publishWhole(ctx, wh, cfg.Warehouse.Path, log); err != nil {
 		return st, err
 	}
