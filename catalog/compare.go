@@ -20,7 +20,7 @@ type Problem struct {
 // Placeholder is what lakeflow catalog init writes where only a person
 // can say (the owner, a description nothing derives): lakeflow check
 // warns of it, where an empty field is an error.
-const Placeholder = "TODO"
+const Placeholder = "(to fill in)"
 
 // Compare checks the documented catalog against the derived one (what
 // exists, DeriveCatalog): a dataset without an entry, an entry naming a

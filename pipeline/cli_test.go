@@ -275,10 +275,10 @@ func TestDemoOnEmbeddedDefaults(t *testing.T) {
 	}
 	entry := filepath.Join(cfg.Catalog.Dir, "gold.daily_revenue.toml")
 	data, err := os.ReadFile(entry)
-	if err != nil || !bytes.Contains(data, []byte(`owner = "TODO"`)) {
+	if err != nil || !bytes.Contains(data, []byte(`owner = "(to fill in)"`)) {
 		t.Fatalf("%s: %v\n%s", entry, err, data)
 	}
-	if err := os.WriteFile(entry, bytes.Replace(data, []byte(`owner = "TODO"`), []byte(`owner = ""`), 1), 0o644); err != nil {
+	if err := os.WriteFile(entry, bytes.Replace(data, []byte(`owner = "(to fill in)"`), []byte(`owner = ""`), 1), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cmd = lakeflowCmd(t, "--config", file, "check", "--only", "catalog", "--json")
